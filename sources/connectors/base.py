@@ -1,0 +1,122 @@
+"""The one interface every connector implements, and the row shape it yields.
+
+A connector turns a data source's configuration into :class:`DocumentRow` objects. It does not
+touch the database: the ingestion service (``sources.services.ingestion``) upserts the rows,
+embeds what changed and deletes what vanished. A connector:
+
+- validates its configuration with ``config_model`` (a pydantic model);
+- raises :class:`ConnectorError` with a message naming the input and the problem when the
+  source as a whole cannot be read (missing path, not a git repository, malformed export);
+  the run is then recorded as failed and earlier rows are left intact;
+- calls ``report.skip(item, reason)`` for a single bad item (binary or undecodable file, a
+  malformed day file) and goes on: the item is recorded on the run, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ConnectorError(Exception):
+    """The data source cannot be read at all; the message names the input and the problem."""
+
+
+class ConnectorConfig(BaseModel):
+    """Base of every connector's configuration model: unknown keys are an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class DocumentRow:
+    """One retrievable unit, in the unified table's shape.
+
+    ``external_id`` is stable across runs (path + symbol, thread ts, commit sha); ``text`` is
+    what gets embedded (empty: ``content`` is used); ``parent_external_id`` links a chunk to its
+    file, a section to its page; ``position`` orders siblings under one parent; ``principals``
+    lists who may read it (empty: everyone who may read the source).
+    """
+
+    external_id: str
+    kind: str
+    title: str
+    content: str
+    text: str = ""
+    url: str = ""
+    path: str = ""
+    start_line: int | None = None
+    end_line: int | None = None
+    position: int = 0
+    parent_external_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    principals: list[str] = field(default_factory=list)
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    @property
+    def embed_text(self) -> str:
+        return self.text or self.content
+
+    def content_hash(self) -> str:
+        """sha256 hex of everything stored for the row; equal hash -> nothing to write or embed."""
+        h = hashlib.sha256()
+        for part in (
+            self.kind,
+            self.title,
+            self.content,
+            self.embed_text,
+            self.url,
+            self.path,
+            str(self.start_line),
+            str(self.end_line),
+            str(self.position),
+            str(self.parent_external_id),
+            repr(sorted(self.metadata.items(), key=lambda kv: kv[0])),
+            repr(sorted(self.principals)),
+            str(self.created_at),
+            str(self.updated_at),
+        ):
+            h.update(part.encode("utf-8", "surrogatepass"))
+            h.update(b"\x00")
+        return h.hexdigest()
+
+
+class IngestReport:
+    """Collects what a run skipped, with the reason, for the ``IngestionRun`` row."""
+
+    def __init__(self) -> None:
+        self.skipped: list[dict[str, str]] = []
+        self.total: int | None = None  # optional: how many units the connector expects
+
+    def skip(self, item: str, reason: str) -> None:
+        self.skipped.append({"item": item, "reason": reason})
+
+
+class Connector(ABC):
+    """A data-source kind. Subclasses set ``kind``, ``config_model`` and implement ``iter_rows``."""
+
+    kind: ClassVar[str]
+    config_model: ClassVar[type[ConnectorConfig]]
+
+    def __init__(self, config: dict[str, Any], *, include: list[str] | None = None, exclude: list[str] | None = None):
+        self.config = self.config_model.model_validate(config)
+        self.include = list(include or [])
+        self.exclude = list(exclude or [])
+
+    def path_allowed(self, path: str) -> bool:
+        """True when ``path`` matches an include glob (or there are none) and no exclude glob."""
+        if self.include and not any(fnmatch.fnmatch(path, pattern) for pattern in self.include):
+            return False
+        return not any(fnmatch.fnmatch(path, pattern) for pattern in self.exclude)
+
+    @abstractmethod
+    def iter_rows(self, report: IngestReport) -> Iterator[DocumentRow]:
+        """Yield every row of the source. Raises :class:`ConnectorError` when it cannot be read."""

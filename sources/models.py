@@ -1,0 +1,164 @@
+"""Data sources, ingestion runs and the unified document table (one row per retrievable unit)."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex
+from django.db import models
+from pgvector.django import HnswIndex, VectorField
+
+from kbportal.tenancy import TenantOwned
+
+
+class DataSource(TenantOwned):
+    """Where knowledge lives: a git repository, a docs folder, a Slack export, ...
+
+    ``config`` is validated by the connector's pydantic model (see
+    ``sources.connectors.registry``); ``include``/``exclude`` are path globs; ``generation``
+    counts successful runs and marks which rows the last run saw.
+    """
+
+    class Visibility(models.TextChoices):
+        TENANT = "tenant", "Everyone in the tenant"
+        PROJECT = "project", "Members of its projects"
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    name = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=80)
+    kind = models.CharField(max_length=40)
+    config = models.JSONField(default=dict, blank=True)
+    include = models.JSONField(default=list, blank=True, help_text="Path globs to index (empty: all).")
+    exclude = models.JSONField(default=list, blank=True, help_text="Path globs to skip.")
+    sync_interval_minutes = models.PositiveIntegerField(default=60)
+    visibility = models.CharField(max_length=16, choices=Visibility.choices, default=Visibility.TENANT)
+    projects = models.ManyToManyField("projects.Project", through="ProjectSource", related_name="sources", blank=True)
+    generation = models.PositiveIntegerField(default=0)
+    last_synced_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "slug"], name="datasource_unique_slug")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+
+class ProjectSource(TenantOwned):
+    """A data source's place in a project."""
+
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE)
+    source = models.ForeignKey(DataSource, on_delete=models.CASCADE)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "source"], name="projectsource_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.source_id} in {self.project_id}"
+
+
+class IngestionRun(TenantOwned):
+    """One run of a data source's connector: status, counts (rows), errors and timing."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        PARTIAL = "partial", "Succeeded with skipped items"
+        FAILED = "failed", "Failed"
+
+    source = models.ForeignKey(DataSource, on_delete=models.CASCADE, related_name="runs")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    generation = models.PositiveIntegerField(default=0)
+    seen = models.PositiveIntegerField(default=0, help_text="Rows the connector produced.")
+    created = models.PositiveIntegerField(default=0)
+    updated = models.PositiveIntegerField(default=0)
+    unchanged = models.PositiveIntegerField(default=0)
+    deleted = models.PositiveIntegerField(default=0)
+    embedded = models.PositiveIntegerField(default=0, help_text="Rows whose embedding was computed.")
+    skipped = models.PositiveIntegerField(default=0)
+    skipped_items = models.JSONField(default=list, blank=True, help_text="[{item, reason}] for skipped files.")
+    error = models.TextField(blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} of {self.source_id}: {self.status}"
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds()
+        return None
+
+
+class Document(TenantOwned):
+    """The unified table: one row per retrievable unit (thread, code chunk, doc section, commit...).
+
+    ``content`` is the raw text (full-text search, display); ``text`` the distilled text that is
+    embedded; ``search_vector`` is a generated ``tsvector`` column (GIN) over title + content,
+    added by migration SQL. ``url`` is a real link (``path#Lstart-Lend`` for code, a permalink
+    for a thread). ``principals`` lists who may read the row (empty: everyone who can read the
+    source).
+    """
+
+    class Kind(models.TextChoices):
+        CODE_FILE = "code_file", "Code file"
+        CODE_CHUNK = "code_chunk", "Code chunk"
+        COMMIT = "commit", "Commit"
+        PR = "pr", "Pull request"
+        DOC_PAGE = "doc_page", "Doc page"
+        DOC_SECTION = "doc_section", "Doc section"
+        THREAD = "thread", "Thread"
+        CONVERSATION = "conversation", "Conversation"
+        BURST = "burst", "Burst"
+        TICKET = "ticket", "Ticket"
+        RECORD = "record", "Record"
+
+    source = models.ForeignKey(DataSource, on_delete=models.CASCADE, related_name="documents")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    external_id = models.CharField(max_length=512)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    parent_external_id = models.CharField(max_length=512, blank=True)
+    title = models.CharField(max_length=1000)
+    url = models.CharField(max_length=2000, blank=True)
+    path = models.CharField(max_length=1000, blank=True, help_text="File path or page path within the source.")
+    start_line = models.PositiveIntegerField(null=True, blank=True)
+    end_line = models.PositiveIntegerField(null=True, blank=True)
+    position = models.PositiveIntegerField(default=0, help_text="Order within the parent (neighbours).")
+    content = models.TextField()
+    text = models.TextField(help_text="Distilled text that is embedded.")
+    embedding = VectorField(dimensions=settings.KB_EMBEDDING_DIM, null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    principals = models.JSONField(default=list, blank=True)
+    content_hash = models.CharField(max_length=64)
+    generation = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(null=True, blank=True, help_text="Last activity.")
+    indexed_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["source", "external_id"], name="document_unique_external_id"),
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "source", "kind"], name="document_scope_idx"),
+            models.Index(fields=["source", "path"], name="document_path_idx"),
+            HnswIndex(
+                name="document_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+            GinIndex(fields=["metadata"], name="document_metadata_gin"),
+        ]
+
+    def __str__(self) -> str:
+        return self.title

@@ -1,0 +1,87 @@
+"""Reads for data sources, always scoped to a tenant."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kbportal.tenancy import tenant_context
+from projects.models import Profile, Project, Tenant
+from projects.selectors import ScopeNotFound, user_tenant_id
+from sources.models import DataSource, ProjectSource
+
+
+class SourceNotFound(LookupError):
+    """No data source with that reference in the tenant."""
+
+
+def source_resolve_for_operator(reference: str, *, tenant_slug: str | None = None) -> DataSource:
+    """Find a source by ``slug``, ``tenant/slug`` or numeric id, across tenants, as the operator.
+
+    Used by management commands run by whoever runs the server (they read through the table
+    owner's connection). Raises ``SourceNotFound`` naming the reference, or when it is
+    ambiguous across tenants.
+    """
+    if "/" in reference and tenant_slug is None:
+        tenant_slug, reference = reference.split("/", 1)
+    qs = DataSource.all_tenants.using("owner").all()
+    if tenant_slug:
+        if not Tenant.objects.using("owner").filter(slug=tenant_slug).exists():
+            raise SourceNotFound(f"no tenant with slug {tenant_slug!r}")
+        qs = qs.filter(tenant__slug=tenant_slug)
+    matches = list(qs.filter(pk=int(reference))) if reference.isdigit() else list(qs.filter(slug=reference))
+    if not matches:
+        where = f" in tenant {tenant_slug!r}" if tenant_slug else ""
+        raise SourceNotFound(f"no data source {reference!r}{where}")
+    if len(matches) > 1:
+        raise SourceNotFound(
+            f"data source {reference!r} exists in several tenants; write it as <tenant>/{reference} or pass --tenant"
+        )
+    return matches[0]
+
+
+@dataclass(frozen=True)
+class QueryScope:
+    """Who asks, in which tenant and project, and which data sources they may read.
+
+    ``allowed_source_ids`` is computed once per request and passed to retrieval as a required
+    argument; retrieval never widens it.
+    """
+
+    tenant_id: int
+    user_id: int | None
+    project_id: int
+    project_slug: str
+    project_name: str
+    allowed_source_ids: tuple[int, ...]
+    principals: tuple[str, ...] = ()
+
+
+def scope_for_user(user, project_slug: str | None = None) -> QueryScope:
+    """The :class:`QueryScope` for ``user`` in ``project_slug`` (default: their default project).
+
+    Raises ``ScopeNotFound`` when the user has no tenant, no default project, or the project is
+    not in their tenant.
+    """
+    tenant_id = user_tenant_id(user)
+    if tenant_id is None:
+        raise ScopeNotFound("you do not belong to any organization yet")
+    with tenant_context(tenant_id, user_id=user.pk):
+        if project_slug:
+            project = Project.objects.filter(slug=project_slug).first()
+        else:
+            profile = Profile.objects.filter(user=user).first()
+            project = Project.objects.filter(pk=profile.default_project_id).first() if profile else None
+        if project is None:
+            raise ScopeNotFound(
+                f"no project {project_slug!r} in your organization" if project_slug else "no default project chosen"
+            )
+        source_ids = tuple(ProjectSource.objects.filter(project=project).values_list("source_id", flat=True))
+    return QueryScope(
+        tenant_id=tenant_id,
+        user_id=user.pk,
+        project_id=project.pk,
+        project_slug=project.slug,
+        project_name=project.name,
+        allowed_source_ids=source_ids,
+        principals=(f"user:{user.pk}", f"email:{user.email.lower()}") if user.email else (f"user:{user.pk}",),
+    )

@@ -1,0 +1,290 @@
+"""Writes for data sources: creating them, attaching them to projects, and ingestion runs.
+
+Ingestion is idempotent and resumable: rows are upserted by (source, external id) and compared
+by content hash, so an unchanged row costs one hash and no embedding; each batch commits on its
+own, so a crashed run keeps what it wrote and the next run skips it; rows the connector no
+longer yields are deleted only when a run completes, so a failed run loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+from django.utils.text import slugify
+
+from kbportal.tenancy import tenant_context
+from sources.connectors.base import ConnectorError, DocumentRow, IngestReport
+from sources.connectors.registry import build_connector
+from sources.embeddings import get_embedder
+from sources.models import DataSource, Document, IngestionRun, ProjectSource
+
+logger = logging.getLogger(__name__)
+
+BATCH_SIZE = 64
+MAX_CONTENT_CHARS = 400_000  # keeps one row's tsvector under PostgreSQL's 1 MB limit
+
+ProgressCallback = Callable[[int, int | None], None]
+
+
+def source_create(
+    *,
+    tenant_id: int,
+    kind: str,
+    name: str,
+    config: dict[str, Any],
+    slug: str | None = None,
+    include: list[str] | None = None,
+    exclude: list[str] | None = None,
+    sync_interval_minutes: int = 60,
+    project_ids: Iterable[int] = (),
+) -> DataSource:
+    """Create a data source after validating ``config`` with its connector's model.
+
+    Raises ``ConnectorError`` naming the kind and the invalid fields. Runs inside the tenant's
+    context; attaches the source to ``project_ids`` (projects of the same tenant).
+    """
+    build_connector(kind, config, include=include, exclude=exclude)  # validation only
+    with tenant_context(tenant_id):
+        source = DataSource.objects.create(
+            tenant_id=tenant_id,
+            kind=kind,
+            name=name,
+            slug=slug or slugify(name)[:80] or kind,
+            config=config,
+            include=list(include or []),
+            exclude=list(exclude or []),
+            sync_interval_minutes=sync_interval_minutes,
+        )
+        for project_id in project_ids:
+            ProjectSource.objects.create(tenant_id=tenant_id, project_id=project_id, source=source)
+    return source
+
+
+def source_update_config(*, tenant_id: int, source_id: int, config: dict[str, Any]) -> DataSource:
+    """Replace a source's config after validating it. Raises ``ConnectorError``."""
+    with tenant_context(tenant_id):
+        source = DataSource.objects.get(pk=source_id)
+        build_connector(source.kind, config, include=source.include, exclude=source.exclude)
+        source.config = config
+        source.save(update_fields=["config"])
+    return source
+
+
+def ingestion_run_create(*, tenant_id: int, source_id: int) -> IngestionRun:
+    """A queued run for the source (what "sync now" and the scheduler create before enqueuing)."""
+    with tenant_context(tenant_id):
+        source = DataSource.objects.get(pk=source_id)
+        return IngestionRun.objects.create(tenant_id=tenant_id, source=source)
+
+
+class _Batcher:
+    """Upserts rows of one run in batches, each batch one transaction in the tenant's context."""
+
+    def __init__(self, *, tenant_id: int, source_id: int, generation: int, run: IngestionRun):
+        self.tenant_id = tenant_id
+        self.source_id = source_id
+        self.generation = generation
+        self.run = run
+        self.pending: list[DocumentRow] = []
+        self.seen_ids: set[str] = set()
+        self.embedder = None
+
+    def add(self, row: DocumentRow, report: IngestReport) -> None:
+        if not row.external_id:
+            report.skip(row.title or "<untitled>", "row has no external id")
+            return
+        if row.external_id in self.seen_ids:
+            report.skip(row.external_id, "duplicate external id in one run; kept the first")
+            return
+        self.seen_ids.add(row.external_id)
+        if len(row.content) > MAX_CONTENT_CHARS:
+            row.content = row.content[:MAX_CONTENT_CHARS]
+            row.metadata = {**row.metadata, "truncated": True}
+        self.pending.append(row)
+        if len(self.pending) >= BATCH_SIZE:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        rows, self.pending = self.pending, []
+        hashes = {r.external_id: r.content_hash() for r in rows}
+        with tenant_context(self.tenant_id):
+            existing = {
+                d["external_id"]: d
+                for d in Document.objects.filter(source_id=self.source_id, external_id__in=list(hashes)).values(
+                    "id", "external_id", "content_hash", "text"
+                )
+            }
+            unchanged_ids = [
+                existing[r.external_id]["id"]
+                for r in rows
+                if r.external_id in existing and existing[r.external_id]["content_hash"] == hashes[r.external_id]
+            ]
+            changed = [
+                r
+                for r in rows
+                if r.external_id not in existing or existing[r.external_id]["content_hash"] != hashes[r.external_id]
+            ]
+            # Embed only rows whose embedded text changed; a metadata-only change keeps its vector.
+            need_vector = [
+                r for r in changed if r.external_id not in existing or existing[r.external_id]["text"] != r.embed_text
+            ]
+            vectors: dict[str, list[float]] = {}
+            if need_vector:
+                if self.embedder is None:
+                    self.embedder = get_embedder()
+                for row, vector in zip(
+                    need_vector, self.embedder.embed([r.embed_text for r in need_vector]), strict=False
+                ):
+                    vectors[row.external_id] = vector
+            creates, updates = [], []
+            for r in changed:
+                fields = dict(
+                    kind=r.kind,
+                    title=r.title[:1000],
+                    url=r.url[:2000],
+                    path=r.path[:1000],
+                    start_line=r.start_line,
+                    end_line=r.end_line,
+                    position=r.position,
+                    parent_external_id=(r.parent_external_id or "")[:512],
+                    content=r.content,
+                    text=r.embed_text,
+                    metadata=r.metadata,
+                    principals=r.principals,
+                    content_hash=hashes[r.external_id],
+                    generation=self.generation,
+                    created_at=r.created_at,
+                    updated_at=r.updated_at or r.created_at,
+                )
+                if r.external_id in existing:
+                    doc = Document(
+                        id=existing[r.external_id]["id"], tenant_id=self.tenant_id, source_id=self.source_id, **fields
+                    )
+                    if r.external_id in vectors:
+                        doc.embedding = vectors[r.external_id]
+                    updates.append((doc, r.external_id in vectors))
+                else:
+                    creates.append(
+                        Document(
+                            tenant_id=self.tenant_id,
+                            source_id=self.source_id,
+                            external_id=r.external_id,
+                            embedding=vectors.get(r.external_id),
+                            **fields,
+                        )
+                    )
+            if creates:
+                Document.objects.bulk_create(creates)
+            update_fields = [
+                "kind", "title", "url", "path", "start_line", "end_line", "position", "parent_external_id",
+                "content", "text", "metadata", "principals", "content_hash", "generation", "created_at",
+                "updated_at", "indexed_at",
+            ]  # fmt: skip
+            with_vec = [d for d, has in updates if has]
+            without_vec = [d for d, has in updates if not has]
+            if with_vec:
+                Document.objects.bulk_update(with_vec, update_fields + ["embedding"])
+            if without_vec:
+                Document.objects.bulk_update(without_vec, update_fields)
+            if unchanged_ids:
+                Document.objects.filter(id__in=unchanged_ids).update(generation=self.generation)
+            run = self.run
+            run.seen += len(rows)
+            run.created += len(creates)
+            run.updated += len(updates)
+            run.unchanged += len(unchanged_ids)
+            run.embedded += len(vectors)
+            IngestionRun.objects.filter(pk=run.pk).update(
+                seen=run.seen, created=run.created, updated=run.updated, unchanged=run.unchanged, embedded=run.embedded
+            )
+
+
+def _link_parents(source_id: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE sources_document AS child SET parent_id = parent.id
+            FROM sources_document AS parent
+            WHERE child.source_id = %s AND parent.source_id = child.source_id
+              AND child.parent_external_id <> '' AND parent.external_id = child.parent_external_id
+              AND child.parent_id IS DISTINCT FROM parent.id
+            """,
+            [source_id],
+        )
+        cursor.execute(
+            "UPDATE sources_document SET parent_id = NULL WHERE source_id = %s AND parent_external_id = '' "
+            "AND parent_id IS NOT NULL",
+            [source_id],
+        )
+
+
+def source_ingest(
+    *,
+    tenant_id: int,
+    source_id: int,
+    run_id: int | None = None,
+    progress: ProgressCallback | None = None,
+) -> IngestionRun:
+    """Run the source's connector and bring its rows in the unified table up to date.
+
+    Returns the finished :class:`IngestionRun` (status ``succeeded``, ``partial`` when items were
+    skipped, or ``failed`` with the error text). Never raises for a connector or data error: the
+    failure is recorded and earlier rows stay intact. ``progress(done, total)`` is called after
+    each row (``total`` may be ``None``). Runs every write inside the tenant's context.
+    """
+    with tenant_context(tenant_id):
+        source = DataSource.objects.get(pk=source_id)
+        if run_id is not None:
+            run = IngestionRun.objects.get(pk=run_id, source=source)
+        else:
+            run = IngestionRun.objects.create(tenant_id=tenant_id, source=source)
+        generation = source.generation + 1
+        run.status = IngestionRun.Status.RUNNING
+        run.generation = generation
+        run.started_at = timezone.now()
+        run.save(update_fields=["status", "generation", "started_at"])
+        kind, config, include, exclude = source.kind, source.config, source.include, source.exclude
+
+    report = IngestReport()
+    batcher = _Batcher(tenant_id=tenant_id, source_id=source_id, generation=generation, run=run)
+    status, error = IngestionRun.Status.SUCCEEDED, ""
+    try:
+        connector = build_connector(kind, config, include=include, exclude=exclude)
+        done = 0
+        for row in connector.iter_rows(report):
+            batcher.add(row, report)
+            done += 1
+            if progress:
+                progress(done, report.total)
+        batcher.flush()
+        with tenant_context(tenant_id):
+            _link_parents(source_id)
+            deleted, _ = Document.objects.filter(source_id=source_id).exclude(generation=generation).delete()
+            run.deleted = deleted
+            DataSource.objects.filter(pk=source_id).update(generation=generation, last_synced_at=timezone.now())
+        if report.skipped:
+            status = IngestionRun.Status.PARTIAL
+    except ConnectorError as exc:
+        status, error = IngestionRun.Status.FAILED, str(exc)
+    except Exception as exc:  # recorded on the run; the traceback goes to the log
+        logger.exception("ingestion of source %s failed", source_id)
+        status, error = IngestionRun.Status.FAILED, f"{type(exc).__name__}: {exc}"
+    with tenant_context(tenant_id):
+        run.status = status
+        run.error = error
+        run.skipped = len(report.skipped)
+        run.skipped_items = report.skipped[:1000]
+        run.finished_at = timezone.now()
+        run.save(
+            update_fields=[
+                "status", "error", "skipped", "skipped_items", "finished_at", "deleted",
+                "seen", "created", "updated", "unchanged", "embedded",
+            ]
+        )  # fmt: skip
+    return run

@@ -1,0 +1,51 @@
+"""Test fixtures: a real PostgreSQL + pgvector test database, built by the owner role.
+
+The test database is created and migrated through the ``owner`` alias (the table owner, as in
+production); tests then run on ``default``, the app role without ``BYPASSRLS``, so row-level
+security is exercised exactly as in production.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SHARED = (Path(__file__).resolve().parent.parent.parent / "shared").resolve()
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_test_environment, django_db_blocker):
+    from django.db import connections
+
+    with django_db_blocker.unblock():
+        owner = connections["owner"]
+        old_name = owner.settings_dict["NAME"]
+        test_name = owner.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False, serialize=False)
+        connections["default"].close()
+        connections["default"].settings_dict["NAME"] = test_name
+    yield
+    with django_db_blocker.unblock():
+        connections["default"].close()
+        connections["default"].settings_dict["NAME"] = old_name
+        owner.creation.destroy_test_db(old_name, verbosity=0)
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not SHARED.exists():
+        pytest.fail(f"the shared data folder {SHARED} is missing (expected beside the project)")
+    return SHARED
+
+
+@pytest.fixture
+def make_tenant(db):
+    """Factory: ``make_tenant("acme")`` -> (tenant, admin user, member user, project)."""
+    from projects.services import tenant_onboard
+
+    def factory(slug: str):
+        return tenant_onboard(
+            name=slug.title(), slug=slug, admin_username=f"{slug}-admin", admin_password="pw-" + slug * 2
+        )
+
+    return factory
