@@ -7,6 +7,7 @@ security is exercised exactly as in production.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ def django_db_setup(django_test_environment, django_db_blocker):
     with django_db_blocker.unblock():
         owner = connections["owner"]
         old_name = owner.settings_dict["NAME"]
+        # One test database per run, so concurrent runs on one machine do not clobber each other.
+        owner.settings_dict.setdefault("TEST", {})["NAME"] = f"test_{old_name}_{os.getpid()}"
         test_name = owner.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False, serialize=False)
         connections["default"].close()
         connections["default"].settings_dict["NAME"] = test_name
