@@ -1,2 +1,9 @@
+from django.urls import path
+
+from search import views
+
 app_name = "search"
-urlpatterns = []
+urlpatterns = [
+    path("", views.ask_page, name="ask"),
+    path("search/", views.search_page, name="search"),
+]

@@ -85,3 +85,38 @@ def scope_for_user(user, project_slug: str | None = None) -> QueryScope:
         allowed_source_ids=source_ids,
         principals=(f"user:{user.pk}", f"email:{user.email.lower()}") if user.email else (f"user:{user.pk}",),
     )
+
+
+def scope_for_operator(*, tenant_slug: str | None = None, project_slug: str | None = None) -> QueryScope:
+    """A scope for whoever runs ``manage.py`` (the operator): a tenant's project, no user principals.
+
+    With one tenant, ``tenant_slug`` may be omitted; with one project, ``project_slug`` too.
+    Rows restricted to named principals stay hidden. Raises ``ScopeNotFound`` naming what is
+    missing or ambiguous.
+    """
+    tenants = list(Tenant.objects.all() if not tenant_slug else Tenant.objects.filter(slug=tenant_slug))
+    if not tenants:
+        raise ScopeNotFound(f"no tenant {tenant_slug!r}" if tenant_slug else "no tenant exists yet; run make demo")
+    if len(tenants) > 1:
+        raise ScopeNotFound("several tenants exist; pass --tenant SLUG: " + ", ".join(t.slug for t in tenants))
+    tenant = tenants[0]
+    with tenant_context(tenant.pk):
+        projects = list(Project.objects.filter(slug=project_slug) if project_slug else Project.objects.all())
+        if not projects:
+            raise ScopeNotFound(
+                f"no project {project_slug!r} in tenant {tenant.slug!r}"
+                if project_slug
+                else f"tenant {tenant.slug!r} has no project"
+            )
+        if len(projects) > 1:
+            raise ScopeNotFound("several projects; pass --project SLUG: " + ", ".join(p.slug for p in projects))
+        project = projects[0]
+        source_ids = tuple(ProjectSource.objects.filter(project=project).values_list("source_id", flat=True))
+    return QueryScope(
+        tenant_id=tenant.pk,
+        user_id=None,
+        project_id=project.pk,
+        project_slug=project.slug,
+        project_name=project.name,
+        allowed_source_ids=source_ids,
+    )

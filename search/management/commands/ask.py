@@ -1,0 +1,56 @@
+"""``manage.py ask "question" [--project SLUG] [--tenant SLUG] [--user NAME] [--json]``."""
+
+import json
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from projects.selectors import ScopeNotFound
+from search.retrieval import EmptyQuery
+from search.services import ask
+from sources.selectors import scope_for_operator, scope_for_user
+
+
+class Command(BaseCommand):
+    help = "Ask a question; prints the cited answer, the tools used and the numbered sources."
+
+    def add_arguments(self, parser):
+        parser.add_argument("question")
+        parser.add_argument("--project", help="project slug (default: the user's default project)")
+        parser.add_argument("--tenant", help="tenant slug (needed when there are several)")
+        parser.add_argument("--user", help="ask as this user (their tenant, project and permissions)")
+        parser.add_argument("--json", action="store_true", help="print the whole result as JSON")
+
+    def handle(self, *args, question, project=None, tenant=None, user=None, json=False, **options):
+        try:
+            if user:
+                account = get_user_model().objects.filter(username=user).first()
+                if account is None:
+                    raise CommandError(f"no user {user!r}")
+                scope = scope_for_user(account, project)
+            else:
+                scope = scope_for_operator(tenant_slug=tenant, project_slug=project)
+            result = ask(question, scope)
+        except (ScopeNotFound, EmptyQuery) as exc:
+            raise CommandError(str(exc)) from exc
+        if json:
+            self.stdout.write(_json_dumps(result.as_dict()))
+            return
+        self.stdout.write(self.style.MIGRATE_HEADING(f"Q: {result.question}"))
+        self.stdout.write(result.answer.text)
+        tools = ", ".join(
+            f"{t['tool']} ({t.get('rows', 0)} rows)" if "error" not in t else f"{t['tool']} (failed: {t['error']})"
+            for t in result.tools_run
+        )
+        self.stdout.write(
+            f"\nTools: {tools}  [planner: {result.plan['planner']}, synthesizer: {result.answer.synthesizer}, "
+            f"{result.timings_ms['total']:.0f} ms]"
+        )
+        shown = result.sources or result.evidence[:5]
+        self.stdout.write("Sources:" if result.sources else "Closest evidence (not cited):")
+        for ev in shown:
+            self.stdout.write(f"  [{ev.n}] {ev.title} — {ev.url or ev.location}")
+
+
+def _json_dumps(data) -> str:
+    return json.dumps(data, indent=2, default=str, ensure_ascii=False)

@@ -1,0 +1,123 @@
+"""``manage.py kb_eval --set fastapi|erb [--questions FILE] [--json] [--rankers lexical,dense]``.
+
+Indexes the set's corpus into a dedicated evaluation tenant (``eval-<set>``) first; re-runs are
+idempotent and re-embed nothing unless the corpus changed. Then reports recall@1/3/10, MRR and
+nDCG@10 per question type and overall, and search latency p50/p95.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from kbportal.tenancy import tenant_context
+from projects.models import Project, Tenant
+from projects.services import project_create
+from search.evaluation import EvalInputError, evaluate, fastapi_source_checkout, load_questions
+from sources.models import DataSource
+from sources.selectors import scope_for_operator
+from sources.services import source_create, source_ingest, source_update_config
+
+SHARED = Path(settings.BASE_DIR).parent / "shared"
+
+
+def _corpus(name: str) -> list[dict]:
+    if name == "fastapi":
+        return [
+            {
+                "slug": "fastapi-code",
+                "kind": "git",
+                "config": {"path": str(fastapi_source_checkout())},
+                "include": ["fastapi/*"],
+            },
+            {
+                "slug": "fastapi-docs",
+                "kind": "docs",
+                "config": {"path": str(SHARED / "corpora/fastapi-docs"), "glob": ["docs/en/docs/**/*.md"]},
+            },
+            {
+                "slug": "fastapi-history",
+                "kind": "jsonl",
+                "config": {
+                    "path": str(SHARED / "corpora/fastapi-commits.jsonl"),
+                    "id_field": "sha",
+                    "kind": "commit",
+                    "title_field": "subject",
+                    "content_fields": ["subject", "body", "files"],
+                },
+            },
+        ]
+    if name == "erb":
+        return [{"slug": "erb-docs", "kind": "jsonl", "config": {"path": str(SHARED / "eval/erb/docs")}}]
+    raise CommandError(f"unknown evaluation set {name!r}; use fastapi or erb")
+
+
+class Command(BaseCommand):
+    help = "Evaluate retrieval on a gold-labelled question set (indexes its corpus first)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--set", dest="set_name", required=True, choices=["fastapi", "erb"])
+        parser.add_argument("--questions", help="questions JSONL (default: the set's shared questions file)")
+        parser.add_argument("--json", action="store_true")
+        parser.add_argument("--rankers", help="comma-separated subset of: lexical,dense")
+        parser.add_argument("--skip-index", action="store_true", help="use the index as it is")
+
+    def handle(self, *args, set_name, questions=None, json=False, rankers=None, skip_index=False, **options):
+        qpath = Path(questions) if questions else SHARED / "eval" / set_name / "questions.jsonl"
+        try:
+            qs = load_questions(qpath)
+        except EvalInputError as exc:
+            raise CommandError(str(exc)) from exc
+        tenant_slug = f"eval-{set_name}"
+        if not skip_index:
+            self._index(tenant_slug, set_name)
+        scope = scope_for_operator(tenant_slug=tenant_slug, project_slug=set_name)
+        ranker_list = [r.strip() for r in rankers.split(",")] if rankers else None
+        report = evaluate(qs, scope, rankers=ranker_list)
+        report["set"] = set_name
+        report["questions_file"] = str(qpath)
+        if json:
+            import json as jsonlib
+
+            self.stdout.write(jsonlib.dumps(report, indent=2))
+            return
+        self._print(report)
+
+    def _index(self, tenant_slug: str, set_name: str) -> None:
+        tenant, _ = Tenant.objects.get_or_create(slug=tenant_slug, defaults={"name": f"Evaluation: {set_name}"})
+        with tenant_context(tenant.pk):
+            project = Project.objects.filter(slug=set_name).first()
+        if project is None:
+            project = project_create(tenant_id=tenant.pk, name=set_name, slug=set_name)
+        for spec in _corpus(set_name):
+            with tenant_context(tenant.pk):
+                source = DataSource.objects.filter(slug=spec["slug"]).first()
+            if source is None:
+                source = source_create(
+                    tenant_id=tenant.pk,
+                    kind=spec["kind"],
+                    name=spec["slug"],
+                    slug=spec["slug"],
+                    config=spec["config"],
+                    include=spec.get("include"),
+                    project_ids=[project.pk],
+                )
+            elif source.config != spec["config"]:
+                source_update_config(tenant_id=tenant.pk, source_id=source.pk, config=spec["config"])
+            run = source_ingest(tenant_id=tenant.pk, source_id=source.pk)
+            self.stderr.write(
+                f"indexed {spec['slug']}: {run.status}, {run.seen} rows, {run.embedded} embedded, "
+                f"{run.duration_seconds or 0:.1f}s"
+            )
+            if run.status == "failed":
+                raise CommandError(f"indexing {spec['slug']} failed: {run.error}")
+
+    def _print(self, report: dict) -> None:
+        cols = ["n", "recall@1", "recall@3", "recall@10", "mrr", "ndcg@10"]
+        self.stdout.write(f"{'type':<16}" + "".join(f"{c:>10}" for c in cols))
+        for name, row in [*report["by_type"].items(), ("OVERALL", report["overall"])]:
+            self.stdout.write(f"{name:<16}" + "".join(f"{row.get(c, ''):>10}" for c in cols))
+        lat = report.get("latency_ms") or {}
+        self.stdout.write(f"search latency: p50 {lat.get('p50')} ms, p95 {lat.get('p95')} ms")

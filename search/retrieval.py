@@ -1,0 +1,313 @@
+"""Hybrid retrieval over the unified document table: lexical + dense rankings fused with RRF.
+
+Every ranker reads only rows of ``scope.tenant_id`` whose data source is in
+``scope.allowed_source_ids`` and whose ``principals`` admit the asker (empty principals: anyone
+who may read the source), inside the tenant's row-level-security context.
+
+Fusion is reciprocal rank fusion (Cormack, Clarke and Büttcher, SIGIR 2009):
+``score(d) = sum over rankers r of weight_r / (k + rank_r(d))`` with ``k = 60``, weight 1.0 and
+1-based ranks. Chunks are then merged back to their source (a file-level row that also hit
+adds its score to the best chunk of that file) and at most ``per_group`` results per file,
+page or thread are kept.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+
+from kbportal.tenancy import tenant_context
+from sources.embeddings import get_embedder
+from sources.selectors import QueryScope
+
+RRF_K = 60
+CANDIDATES_PER_RANKER = 50
+FILE_KINDS = {"code_file", "doc_page"}
+CHUNK_KINDS = {"code_chunk", "doc_section"}
+ALL_RANKERS = ("lexical", "dense")
+
+
+class EmptyQuery(ValueError):
+    """The question has no searchable text."""
+
+
+@dataclass
+class Hit:
+    """One search result: a row of the unified table with its fused score and per-ranker ranks."""
+
+    document_id: int
+    source_id: int
+    kind: str
+    title: str
+    url: str
+    path: str
+    start_line: int | None
+    end_line: int | None
+    content: str
+    text: str
+    metadata: dict[str, Any]
+    updated_at: datetime | None
+    parent_id: int | None
+    external_id: str
+    score: float = 0.0
+    ranks: dict[str, int] = field(default_factory=dict)
+    similarity: float | None = None  # cosine similarity from the dense ranker, when it ranked the row
+
+    @property
+    def group_key(self) -> str:
+        """What the hit merges into: its file or page (by path), else the row itself."""
+        if self.path and (self.kind in FILE_KINDS or self.kind in CHUNK_KINDS):
+            return f"{self.source_id}:{self.path}"
+        return f"doc:{self.document_id}"
+
+
+@dataclass
+class SearchResult:
+    hits: list[Hit]
+    timings_ms: dict[str, float]
+    rankers: tuple[str, ...]
+    lexical_matches: int
+
+    @property
+    def has_relevant(self) -> bool:
+        """True when a hit matched lexically or is close to the question (cosine >= 0.35)."""
+        return any("lexical" in h.ranks or (h.similarity or 0) >= 0.35 for h in self.hits)
+
+
+def _scope_sql(scope: QueryScope, kinds: Sequence[str] | None) -> tuple[str, dict[str, Any]]:
+    where = [
+        "d.tenant_id = %(tenant_id)s",
+        "d.source_id = ANY(%(source_ids)s)",
+        "(d.principals = '[]'::jsonb OR d.principals ?| %(principals)s)",
+    ]
+    params: dict[str, Any] = {
+        "tenant_id": scope.tenant_id,
+        "source_ids": list(scope.allowed_source_ids),
+        "principals": list(scope.principals) or [""],
+    }
+    if kinds:
+        where.append("d.kind = ANY(%(kinds)s)")
+        params["kinds"] = list(kinds)
+    return " AND ".join(where), params
+
+
+def lexical_ranking(
+    query: str, scope: QueryScope, *, kinds: Sequence[str] | None = None, limit: int = CANDIDATES_PER_RANKER
+) -> list[int]:
+    """Document ids ranked by full-text match (``websearch_to_tsquery``, terms OR-ed).
+
+    Quoted phrases stay phrases (``<->``) and ``-term`` stays a negation; the other terms are
+    OR-ed so a long natural-language question still matches. Ranked by ``ts_rank_cd`` with
+    length normalisation 1 (divide by 1 + log(length)) so a huge page does not win everything.
+    """
+    where, params = _scope_sql(scope, kinds)
+    params.update(q=query, limit=limit)
+    sql = f"""
+        WITH q AS (
+            SELECT NULLIF(regexp_replace(websearch_to_tsquery('english', %(q)s)::text,
+                                         ' & (?!!)', ' | ', 'g'), '')::tsquery AS query
+        )
+        SELECT d.id FROM sources_document d, q
+        WHERE q.query IS NOT NULL AND d.search_vector @@ q.query AND {where}
+        ORDER BY ts_rank_cd(d.search_vector, q.query, 1) DESC, d.id
+        LIMIT %(limit)s
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [row[0] for row in cursor.fetchall()]
+
+
+def dense_ranking(
+    query_vector: Sequence[float],
+    scope: QueryScope,
+    *,
+    kinds: Sequence[str] | None = None,
+    limit: int = CANDIDATES_PER_RANKER,
+) -> list[tuple[int, float]]:
+    """``(document id, cosine similarity)`` ranked by the HNSW index on the embedding.
+
+    Uses pgvector's iterative index scan (``hnsw.iterative_scan = relaxed_order``) so the
+    tenant/source filters do not starve the result list, then re-sorts exactly.
+    """
+    where, params = _scope_sql(scope, kinds)
+    params.update(vec="[" + ",".join(f"{x:.7f}" for x in query_vector) + "]", limit=limit)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL hnsw.ef_search = 100")
+        cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        cursor.execute(
+            f"""
+            SELECT d.id, 1 - (d.embedding <=> %(vec)s::vector) AS similarity
+            FROM sources_document d
+            WHERE d.embedding IS NOT NULL AND {where}
+            ORDER BY d.embedding <=> %(vec)s::vector
+            LIMIT %(limit)s
+            """,
+            params,
+        )
+        rows = [(r[0], float(r[1])) for r in cursor.fetchall()]
+    rows.sort(key=lambda r: -r[1])
+    return rows
+
+
+def rrf_fuse(rankings: dict[str, Sequence[int]], *, k: int = RRF_K, weights: dict[str, float] | None = None):
+    """Reciprocal rank fusion: ``{id: sum_r w_r / (k + rank_r)}`` with 1-based ranks.
+
+    Returns ``(scores, ranks)`` where ``ranks[id][ranker]`` is the id's rank in that list.
+    Source: Cormack, Clarke, Büttcher, "Reciprocal Rank Fusion outperforms Condorcet and
+    individual Rank Learning Methods", SIGIR 2009 (k = 60).
+    """
+    scores: dict[int, float] = defaultdict(float)
+    ranks: dict[int, dict[str, int]] = defaultdict(dict)
+    for name, ids in rankings.items():
+        weight = (weights or {}).get(name, 1.0)
+        for rank, doc_id in enumerate(ids, start=1):
+            scores[doc_id] += weight / (k + rank)
+            ranks[doc_id][name] = rank
+    return dict(scores), dict(ranks)
+
+
+def _load_hits(ids: Iterable[int]) -> dict[int, Hit]:
+    ids = list(ids)
+    if not ids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT id, source_id, kind, title, url, path, start_line, end_line, content, text, metadata,
+                   updated_at, parent_id, external_id
+            FROM sources_document WHERE id = ANY(%s)
+            """,
+            [ids],
+        )
+        out = {}
+        for r in cursor.fetchall():
+            metadata = r[10] if isinstance(r[10], dict) else {}
+            out[r[0]] = Hit(
+                document_id=r[0],
+                source_id=r[1],
+                kind=r[2],
+                title=r[3],
+                url=r[4],
+                path=r[5],
+                start_line=r[6],
+                end_line=r[7],
+                content=r[8],
+                text=r[9],
+                metadata=metadata,
+                updated_at=r[11],
+                parent_id=r[12],
+                external_id=r[13],
+            )
+        return out
+
+
+def merge_and_cap(hits: list[Hit], *, per_group: int = 3) -> list[Hit]:
+    """Merge file-level rows into their best chunk and keep at most ``per_group`` hits per file.
+
+    ``hits`` must be sorted by descending score; the output keeps that order (scores of merged
+    file rows are added to the chunk they merge into, then the list is re-sorted).
+    """
+    by_group: dict[str, list[Hit]] = defaultdict(list)
+    for hit in hits:
+        by_group[hit.group_key].append(hit)
+    out: list[Hit] = []
+    for group in by_group.values():
+        chunks = [h for h in group if h.kind not in FILE_KINDS]
+        files = [h for h in group if h.kind in FILE_KINDS]
+        if chunks and files:
+            best = chunks[0]
+            for f in files:
+                best.score += f.score
+                for name, rank in f.ranks.items():
+                    best.ranks.setdefault(f"{name}:file", rank)
+            group = chunks
+        out.extend(group[:per_group])
+    out.sort(key=lambda h: (-h.score, h.document_id))
+    return out
+
+
+def hybrid_search(
+    query: str,
+    scope: QueryScope,
+    *,
+    limit: int = 10,
+    kinds: Sequence[str] | None = None,
+    rankers: Sequence[str] = ALL_RANKERS,
+    per_group: int = 3,
+) -> SearchResult:
+    """Search the scope's rows: lexical + dense rankings, RRF-fused, merged, capped per file.
+
+    Returns at most ``limit`` hits, best first, with timings in milliseconds. Raises
+    ``EmptyQuery`` for a blank question. Runs inside the scope's tenant context (opens one).
+    """
+    query = (query or "").strip()
+    if not query:
+        raise EmptyQuery("the question is empty; type what you are looking for")
+    timings: dict[str, float] = {}
+    if not scope.allowed_source_ids:
+        return SearchResult(hits=[], timings_ms=timings, rankers=tuple(rankers), lexical_matches=0)
+    query_vector = None
+    if "dense" in rankers:
+        t0 = time.perf_counter()
+        query_vector = get_embedder().embed_query(query[:2000])
+        timings["embed"] = (time.perf_counter() - t0) * 1000
+    with tenant_context(scope.tenant_id, user_id=scope.user_id):
+        rankings: dict[str, list[int]] = {}
+        similarities: dict[int, float] = {}
+        if "lexical" in rankers:
+            t0 = time.perf_counter()
+            rankings["lexical"] = lexical_ranking(_lexical_text(query), scope, kinds=kinds)
+            timings["lexical"] = (time.perf_counter() - t0) * 1000
+        if query_vector is not None:
+            t0 = time.perf_counter()
+            dense = dense_ranking(query_vector, scope, kinds=kinds)
+            rankings["dense"] = [doc_id for doc_id, _ in dense]
+            similarities = dict(dense)
+            timings["dense"] = (time.perf_counter() - t0) * 1000
+        t0 = time.perf_counter()
+        scores, ranks = rrf_fuse(rankings)
+        hits_by_id = _load_hits(scores)
+        timings["load"] = (time.perf_counter() - t0) * 1000
+    hits = []
+    for doc_id, score in scores.items():
+        hit = hits_by_id.get(doc_id)
+        if hit is None:
+            continue
+        hit.score = score
+        hit.ranks = ranks[doc_id]
+        hit.similarity = similarities.get(doc_id)
+        hits.append(hit)
+    hits.sort(key=lambda h: (-h.score, h.document_id))
+    hits = merge_and_cap(hits, per_group=per_group)[:limit]
+    return SearchResult(
+        hits=hits, timings_ms=timings, rankers=tuple(rankers), lexical_matches=len(rankings.get("lexical", []))
+    )
+
+
+_SYMBOLS = re.compile(r"[_./:()\[\]{}<>=,;`'\"]+")
+
+
+def _lexical_text(query: str) -> str:
+    """The query for full-text search: identifiers split so `jsonable_encoder` finds its parts.
+
+    Quoted phrases are kept as written (websearch syntax); elsewhere ``snake_case`` and dotted
+    names add their parts next to the whole token.
+    """
+    parts: list[str] = []
+    for segment in re.split(r'("[^"]*")', query):
+        if segment.startswith('"') and segment.endswith('"') and len(segment) > 1:
+            parts.append(segment)
+            continue
+        for token in segment.split():
+            parts.append(token)
+            pieces = [p for p in _SYMBOLS.split(token) if p]
+            if len(pieces) > 1:
+                parts.extend(pieces)
+    return " ".join(parts)

@@ -1,0 +1,94 @@
+"""The ask service: planner -> executor -> synthesizer. Web, API and CLI all call ``ask``."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Count
+
+from kbportal.tenancy import tenant_context
+from search.pipeline.evidence import Evidence
+from search.pipeline.executor import execute_plan
+from search.pipeline.planner import make_plan
+from search.pipeline.synthesizer import Answer, synthesize
+from search.retrieval import EmptyQuery
+from sources.models import Document
+from sources.selectors import QueryScope
+
+
+@dataclass
+class AskResult:
+    question: str
+    answer: Answer
+    evidence: list[Evidence]
+    plan: dict[str, Any]
+    tools_run: list[dict]
+    tool_errors: dict[str, str]
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def sources(self) -> list[Evidence]:
+        """Exactly the cited evidence blocks, in citation order (all blocks when none is cited)."""
+        by_n = {e.n: e for e in self.evidence}
+        return [by_n[n] for n in self.answer.cited if n in by_n]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "question": self.question,
+            "answer": self.answer.text,
+            "answered": self.answer.answered,
+            "synthesizer": self.answer.synthesizer,
+            "cited": self.answer.cited,
+            "sources": [e.as_dict() for e in self.sources],
+            "evidence": [e.as_dict() for e in self.evidence],
+            "plan": self.plan,
+            "tools_run": self.tools_run,
+            "tool_errors": self.tool_errors,
+            "timings_ms": self.timings_ms,
+        }
+
+
+def indexed_kinds(scope: QueryScope) -> dict[str, int]:
+    """``{kind: row count}`` of what the scope's sources hold (the planner's view of the project)."""
+    with tenant_context(scope.tenant_id, user_id=scope.user_id):
+        rows = (
+            Document.objects.filter(source_id__in=scope.allowed_source_ids)
+            .values("kind")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
+        return {r["kind"]: r["n"] for r in rows}
+
+
+def ask(question: str, scope: QueryScope, *, limit: int = 10) -> AskResult:
+    """Answer ``question`` from the scope's sources, with ``[n]`` citations.
+
+    Raises ``EmptyQuery`` for a blank question. Timings are in milliseconds.
+    """
+    question = (question or "").strip()
+    if not question:
+        raise EmptyQuery("the question is empty; type what you are looking for")
+    t0 = time.perf_counter()
+    plan = make_plan(question, indexed_kinds=indexed_kinds(scope))
+    t_plan = time.perf_counter()
+    execution = execute_plan(plan, scope, limit=limit)
+    t_exec = time.perf_counter()
+    relevant = any(e.is_relevant for e in execution.evidence)
+    answer = synthesize(question, execution.evidence, relevant=relevant)
+    t_end = time.perf_counter()
+    return AskResult(
+        question=question,
+        answer=answer,
+        evidence=execution.evidence,
+        plan={"planner": plan.planner, "tools": plan.tool_names, "errors": plan.errors},
+        tools_run=execution.tools_run,
+        tool_errors=execution.tool_errors,
+        timings_ms={
+            "plan": round((t_plan - t0) * 1000, 1),
+            "tools": round((t_exec - t_plan) * 1000, 1),
+            "synthesize": round((t_end - t_exec) * 1000, 1),
+            "total": round((t_end - t0) * 1000, 1),
+        },
+    )

@@ -1,0 +1,64 @@
+"""Web pages: ask (cited answer + sources) and search (ranked hits). Logic lives in services."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.html import escape
+from django.utils.safestring import mark_safe
+
+from projects.selectors import ScopeNotFound, project_list_for_user
+from search.retrieval import EmptyQuery, hybrid_search
+from search.services import ask
+from sources.selectors import scope_for_user
+
+
+def _scope_or_onboarding(request: HttpRequest):
+    try:
+        return scope_for_user(request.user, request.GET.get("project") or None), None
+    except ScopeNotFound as exc:
+        if request.GET.get("project"):
+            return None, render(request, "search/not_found.html", {"message": str(exc)}, status=404)
+        return None, redirect("projects:onboarding")
+
+
+def _link_citations(text: str, cited: list[int]) -> str:
+    """Escape the answer, then turn ``[n]`` into links to the source list entry."""
+    import re
+
+    html = escape(text)
+    html = re.sub(r"\[(\d+)\]", lambda m: f'<a class="cite" href="#source-{m.group(1)}">[{m.group(1)}]</a>', html)
+    return mark_safe(html.replace("\n", "<br>"))
+
+
+@login_required
+def ask_page(request: HttpRequest) -> HttpResponse:
+    scope, response = _scope_or_onboarding(request)
+    if response is not None:
+        return response
+    question = request.GET.get("q", "")
+    context = {"scope": scope, "question": question, "projects": project_list_for_user(request.user)}
+    if "q" in request.GET:
+        try:
+            result = ask(question, scope)
+            context["result"] = result
+            context["answer_html"] = _link_citations(result.answer.text, result.answer.cited)
+        except EmptyQuery as exc:
+            context["error"] = str(exc)
+    return render(request, "search/ask.html", context)
+
+
+@login_required
+def search_page(request: HttpRequest) -> HttpResponse:
+    scope, response = _scope_or_onboarding(request)
+    if response is not None:
+        return response
+    query = request.GET.get("q", "")
+    context = {"scope": scope, "question": query, "projects": project_list_for_user(request.user)}
+    if "q" in request.GET:
+        try:
+            context["hits"] = hybrid_search(query, scope, limit=20).hits
+        except EmptyQuery as exc:
+            context["error"] = str(exc)
+    return render(request, "search/search.html", context)

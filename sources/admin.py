@@ -1,0 +1,45 @@
+from django.contrib import admin, messages
+
+from kbportal.admin import OwnerDatabaseAdmin, OwnerDatabaseInline
+from sources.models import DataSource, Document, IngestionRun, ProjectSource
+
+
+class ProjectSourceInline(OwnerDatabaseInline):
+    model = ProjectSource
+
+
+@admin.register(DataSource)
+class DataSourceAdmin(OwnerDatabaseAdmin):
+    list_display = ["name", "kind", "tenant", "generation", "last_synced_at", "sync_interval_minutes"]
+    list_filter = ["tenant", "kind"]
+    search_fields = ["name", "slug"]
+    readonly_fields = ["generation", "last_synced_at", "public_id"]
+    inlines = [ProjectSourceInline]
+    actions = ["sync_now"]
+
+    @admin.action(description="Sync now (queue an ingestion run)")
+    def sync_now(self, request, queryset):
+        from sources.services import ingestion_run_create
+        from sources.tasks import ingest_source
+
+        for source in queryset:
+            run = ingestion_run_create(tenant_id=source.tenant_id, source_id=source.pk)
+            ingest_source.delay(source.tenant_id, source.pk, run.pk)
+        messages.success(request, f"Queued {queryset.count()} ingestion run(s).")
+
+
+@admin.register(IngestionRun)
+class IngestionRunAdmin(OwnerDatabaseAdmin):
+    list_display = ["source", "status", "seen", "created", "updated", "deleted", "embedded", "skipped", "started_at",
+                    "finished_at"]  # fmt: skip
+    list_filter = ["status", "tenant"]
+    readonly_fields = [f.name for f in IngestionRun._meta.fields]
+
+
+@admin.register(Document)
+class DocumentAdmin(OwnerDatabaseAdmin):
+    list_display = ["title", "kind", "source", "path", "updated_at"]
+    list_filter = ["kind", "tenant"]
+    search_fields = ["title", "path", "external_id"]
+    exclude = ["embedding"]
+    readonly_fields = ["content_hash", "generation", "indexed_at"]

@@ -1,0 +1,23 @@
+"""A custom data-source kind for tests: yields the rows written in its config.
+
+It is registered through ``settings.KB_CUSTOM_CONNECTORS`` like any custom source, so the
+tests exercise the real registry, the ingestion service and the embedder.
+"""
+
+from collections.abc import Iterator
+from typing import Any
+
+from sources.connectors.base import Connector, ConnectorConfig, DocumentRow, IngestReport
+
+
+class RowsConfig(ConnectorConfig):
+    rows: list[dict[str, Any]]
+
+
+class RowsConnector(Connector):
+    kind = "test_rows"
+    config_model = RowsConfig
+
+    def iter_rows(self, report: IngestReport) -> Iterator[DocumentRow]:
+        for raw in self.config.rows:
+            yield DocumentRow(**raw)
