@@ -236,7 +236,8 @@ def source_ingest(
     Returns the finished :class:`IngestionRun` (status ``succeeded``, ``partial`` when items were
     skipped, or ``failed`` with the error text). Never raises for a connector or data error: the
     failure is recorded and earlier rows stay intact. ``progress(done, total)`` is called after
-    each row (``total`` may be ``None``). Runs every write inside the tenant's context.
+    each row, in the connector's units (files) when it counts them, else in rows with ``total``
+    ``None``. Runs every write inside the tenant's context.
     """
     with tenant_context(tenant_id):
         source = DataSource.objects.get(pk=source_id)
@@ -256,12 +257,16 @@ def source_ingest(
     status, error = IngestionRun.Status.SUCCEEDED, ""
     try:
         connector = build_connector(kind, config, include=include, exclude=exclude)
-        done = 0
+        rows = 0
         for row in connector.iter_rows(report):
             batcher.add(row, report)
-            done += 1
+            rows += 1
             if progress:
-                progress(done, report.total)
+                # Units the connector counts (files, day files) when it counts them, else rows.
+                if report.done:
+                    progress(report.done, report.total)
+                else:
+                    progress(rows, None)
         batcher.flush()
         with tenant_context(tenant_id):
             _link_parents(source_id)

@@ -94,10 +94,15 @@ class IngestReport:
 
     def __init__(self) -> None:
         self.skipped: list[dict[str, str]] = []
-        self.total: int | None = None  # optional: how many units the connector expects
+        self.total: int | None = None  # optional: how many units (files, day files) to expect
+        self.done: int = 0  # units finished so far, counted by ``advance``
 
     def skip(self, item: str, reason: str) -> None:
         self.skipped.append({"item": item, "reason": reason})
+
+    def advance(self, units: int = 1) -> None:
+        """Count finished units (the same unit as ``total``) for the progress bar."""
+        self.done += units
 
 
 class Connector(ABC):

@@ -226,6 +226,7 @@ class SlackExportConnector(Connector):
         renderer = _Renderer(users=users, channel_names=channel_names)
         for channel, paths in plan:
             messages = self._read_channel(export, paths, renderer, report)
+            report.advance(len(paths))
             yield from self._channel_rows(channel, messages)
 
     def _read_channel(
