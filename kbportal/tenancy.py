@@ -59,17 +59,16 @@ def tenant_context(tenant_id: int, *, user_id: int | None = None, using: str = "
                     [str(int(tenant_id)), "" if user_id is None else str(int(user_id))],
                 )
                 previous = cursor.fetchone()[:2]
-            try:
-                yield
-            finally:
-                # Inside an outer transaction the setting would outlive this block: put back
-                # what was there so a later query outside any context sees nothing again.
-                if len(connections[using].atomic_blocks) > 1:
-                    with connections[using].cursor() as cursor:
-                        cursor.execute(
-                            "SELECT set_config('app.tenant_id', %s, true), set_config('app.user_id', %s, true)",
-                            [previous[0] or "", previous[1] or ""],
-                        )
+            yield
+            # Inside an outer transaction the setting would outlive this block: put back what
+            # was there so a later query outside any context sees nothing again. (On an
+            # exception the savepoint rollback already undoes set_config.)
+            if len(connections[using].atomic_blocks) > 1 and not connections[using].needs_rollback:
+                with connections[using].cursor() as cursor:
+                    cursor.execute(
+                        "SELECT set_config('app.tenant_id', %s, true), set_config('app.user_id', %s, true)",
+                        [previous[0] or "", previous[1] or ""],
+                    )
     finally:
         _current_user.reset(user_token)
         _current_tenant.reset(token)

@@ -15,20 +15,22 @@ class SourceNotFound(LookupError):
 
 
 def source_resolve_for_operator(reference: str, *, tenant_slug: str | None = None) -> DataSource:
-    """Find a source by ``slug``, ``tenant/slug`` or numeric id, across tenants, as the operator.
+    """Find a source by ``slug``, ``tenant/slug`` or numeric id, for whoever runs ``manage.py``.
 
-    Used by management commands run by whoever runs the server (they read through the table
-    owner's connection). Raises ``SourceNotFound`` naming the reference, or when it is
-    ambiguous across tenants.
+    Looks in each candidate tenant inside that tenant's own context (no RLS bypass). Raises
+    ``SourceNotFound`` naming the reference, or when it is ambiguous across tenants.
     """
     if "/" in reference and tenant_slug is None:
         tenant_slug, reference = reference.split("/", 1)
-    qs = DataSource.all_tenants.using("owner").all()
-    if tenant_slug:
-        if not Tenant.objects.using("owner").filter(slug=tenant_slug).exists():
-            raise SourceNotFound(f"no tenant with slug {tenant_slug!r}")
-        qs = qs.filter(tenant__slug=tenant_slug)
-    matches = list(qs.filter(pk=int(reference))) if reference.isdigit() else list(qs.filter(slug=reference))
+    tenants = list(Tenant.objects.filter(slug=tenant_slug) if tenant_slug else Tenant.objects.all())
+    if tenant_slug and not tenants:
+        raise SourceNotFound(f"no tenant with slug {tenant_slug!r}")
+    matches: list[DataSource] = []
+    for tenant in tenants:
+        with tenant_context(tenant.pk):
+            qs = DataSource.objects.all()
+            found = qs.filter(pk=int(reference)) if reference.isdigit() else qs.filter(slug=reference)
+            matches.extend(found.select_related("tenant"))
     if not matches:
         where = f" in tenant {tenant_slug!r}" if tenant_slug else ""
         raise SourceNotFound(f"no data source {reference!r}{where}")

@@ -143,6 +143,7 @@ class _Batcher:
                 ):
                     vectors[row.external_id] = vector
             creates, updates = [], []
+            now = timezone.now()
             for r in changed:
                 fields = dict(
                     kind=r.kind,
@@ -159,6 +160,7 @@ class _Batcher:
                     principals=r.principals,
                     content_hash=hashes[r.external_id],
                     generation=self.generation,
+                    indexed_at=now,
                     created_at=r.created_at,
                     updated_at=r.updated_at or r.created_at,
                 )

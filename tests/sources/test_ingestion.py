@@ -1,0 +1,107 @@
+"""The ingestion service: idempotent upserts, deletions, failures that lose nothing, the task and command."""
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from kbportal.tenancy import tenant_context
+from sources.connectors.base import ConnectorError
+from sources.models import Document, IngestionRun
+from sources.services import source_create, source_ingest, source_update_config
+from sources.tasks import ingest_source
+
+CUSTOM = {"test_rows": "tests.search.rows_connector.RowsConnector"}
+
+
+def _rows(*items):
+    return [{"external_id": eid, "kind": "doc_section", "title": eid, "content": text} for eid, text in items]
+
+
+@pytest.fixture
+def tenant(make_tenant, settings):
+    settings.KB_CUSTOM_CONNECTORS = CUSTOM
+    return make_tenant("ingest")
+
+
+def _source(tenant, rows):
+    return source_create(
+        tenant_id=tenant.tenant.pk, kind="test_rows", name="Rows", config={"rows": rows},
+        project_ids=[tenant.project.pk],
+    )  # fmt: skip
+
+
+def _docs(tenant):
+    with tenant_context(tenant.tenant.pk):
+        return {d.external_id: d for d in Document.objects.all()}
+
+
+def test_rerun_is_idempotent_and_only_changes_are_embedded(tenant):
+    source = _source(tenant, _rows(("a", "alpha text"), ("b", "beta text"), ("c", "gamma text")))
+    first = source_ingest(tenant_id=tenant.tenant.pk, source_id=source.pk)
+    assert (first.status, first.created, first.embedded) == ("succeeded", 3, 3)
+    ids_before = {k: d.pk for k, d in _docs(tenant).items()}
+
+    again = source_ingest(tenant_id=tenant.tenant.pk, source_id=source.pk)
+    assert (again.created, again.updated, again.unchanged, again.embedded, again.deleted) == (0, 0, 3, 0, 0)
+
+    source_update_config(
+        tenant_id=tenant.tenant.pk, source_id=source.pk,
+        config={"rows": _rows(("a", "alpha text"), ("b", "beta text, revised"), ("d", "delta text"))},
+    )  # fmt: skip
+    third = source_ingest(tenant_id=tenant.tenant.pk, source_id=source.pk)
+    assert (third.created, third.updated, third.unchanged, third.embedded, third.deleted) == (1, 1, 1, 2, 1)
+    docs = _docs(tenant)
+    assert set(docs) == {"a", "b", "d"}
+    assert docs["a"].pk == ids_before["a"] and docs["b"].pk == ids_before["b"]
+    assert docs["b"].content == "beta text, revised"
+
+
+def test_failed_run_keeps_earlier_rows_and_records_the_error(tenant):
+    source = _source(tenant, _rows(("a", "alpha"), ("b", "beta")))
+    source_ingest(tenant_id=tenant.tenant.pk, source_id=source.pk)
+    with tenant_context(tenant.tenant.pk):
+        # A config that validates but breaks the connector at run time (row without a kind).
+        from sources.models import DataSource
+
+        DataSource.objects.filter(pk=source.pk).update(config={"rows": [{"external_id": "x", "title": "t"}]})
+    run = source_ingest(tenant_id=tenant.tenant.pk, source_id=source.pk)
+    assert run.status == "failed"
+    assert "kind" in run.error and "content" in run.error
+    assert set(_docs(tenant)) == {"a", "b"}
+
+
+def test_invalid_config_is_refused_with_the_field_named(tenant):
+    with pytest.raises(ConnectorError, match=r"invalid config for a 'test_rows' data source: rows: Field required"):
+        source_create(tenant_id=tenant.tenant.pk, kind="test_rows", name="Bad", config={})
+    with pytest.raises(ConnectorError, match="unknown data source kind 'nope'"):
+        source_create(tenant_id=tenant.tenant.pk, kind="nope", name="Bad", config={})
+
+
+def test_duplicate_external_ids_are_recorded_not_silently_dropped(tenant):
+    source = _source(tenant, _rows(("a", "first"), ("a", "second"), ("b", "other")))
+    run = source_ingest(tenant_id=tenant.tenant.pk, source_id=source.pk)
+    assert run.status == "partial"
+    assert run.skipped_items == [{"item": "a", "reason": "duplicate external id in one run; kept the first"}]
+    assert _docs(tenant)["a"].content == "first"
+
+
+def test_celery_task_runs_the_same_service(tenant):
+    source = _source(
+        tenant,
+        _rows(
+            ("a", "alpha"),
+        ),
+    )
+    result = ingest_source.apply(args=[tenant.tenant.pk, source.pk]).get()
+    assert result["status"] == "succeeded" and result["seen"] == 1
+    with tenant_context(tenant.tenant.pk):
+        assert IngestionRun.objects.get(pk=result["run_id"]).embedded == 1
+
+
+def test_ingest_command_prints_counts_and_fails_clearly(tenant, capsys):
+    source = _source(tenant, _rows(("a", "alpha"), ("b", "beta")))
+    call_command("ingest", f"ingest/{source.slug}", "--quiet")
+    out = capsys.readouterr().out
+    assert "succeeded" in out and "rows seen 2, created 2" in out
+    with pytest.raises(CommandError, match="no data source 'missing' in tenant 'ingest'"):
+        call_command("ingest", "missing", "--tenant", "ingest")
