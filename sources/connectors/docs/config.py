@@ -1,0 +1,40 @@
+"""Configuration of a docs folder data source."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from sources.connectors.base import ConnectorConfig
+
+DEFAULT_GLOBS = ["**/*.md", "**/*.markdown", "**/*.html", "**/*.htm", "**/*.rst", "**/*.txt"]
+
+
+class DocsConfig(ConnectorConfig):
+    """A folder of Markdown, HTML, reStructuredText or plain-text pages.
+
+    ``path``: the folder; row paths are relative to it (POSIX separators). ``url_base``: web
+    prefix for links (``{url_base}/{relpath}#{anchor}``); empty: links are the relative path.
+    ``glob``: which files are pages, matched against the relative path (``**/`` matches zero or
+    more folders). ``max_section_chars``: a longer section is split at block boundaries into
+    ``-part2``, ``-part3``... rows (characters, not tokens). ``min_section_chars``: a heading
+    whose body has fewer characters is merged into the section that follows it when that one is
+    nested under it (its heading path already names the parent).
+    """
+
+    path: str
+    url_base: str = ""
+    glob: list[str] = Field(default_factory=lambda: list(DEFAULT_GLOBS))
+    max_section_chars: int = Field(default=4000, ge=200)
+    min_section_chars: int = Field(default=40, ge=0)
+
+    @field_validator("url_base")
+    @classmethod
+    def _strip_trailing_slash(cls, value: str) -> str:
+        return value.rstrip("/")
+
+    @field_validator("glob")
+    @classmethod
+    def _non_empty(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one glob pattern is needed")
+        return value
