@@ -194,8 +194,6 @@ class _Batcher:
                 Document.objects.bulk_update(with_vec, update_fields + ["embedding"])
             if without_vec:
                 Document.objects.bulk_update(without_vec, update_fields)
-            if unchanged_ids:
-                Document.objects.filter(id__in=unchanged_ids).update(generation=self.generation)
             run = self.run
             run.seen += len(rows)
             run.created += len(creates)
@@ -224,6 +222,26 @@ def _link_parents(source_id: int) -> None:
             "AND parent_id IS NOT NULL",
             [source_id],
         )
+
+
+def _delete_unseen(source_id: int, seen_ids: set[str]) -> int:
+    """Delete the source's rows whose external id the run did not yield; returns the count."""
+    seen = list(seen_ids)
+    with connection.cursor() as cursor:
+        # Children that stay must not point at a parent that goes.
+        cursor.execute(
+            """
+            UPDATE sources_document SET parent_id = NULL
+            WHERE source_id = %s AND parent_id IN (
+                SELECT id FROM sources_document WHERE source_id = %s AND NOT (external_id = ANY(%s))
+            )
+            """,
+            [source_id, source_id, seen],
+        )
+        cursor.execute(
+            "DELETE FROM sources_document WHERE source_id = %s AND NOT (external_id = ANY(%s))", [source_id, seen]
+        )
+        return cursor.rowcount
 
 
 def source_ingest(
@@ -272,8 +290,9 @@ def source_ingest(
         batcher.flush()
         with tenant_context(tenant_id):
             _link_parents(source_id)
-            deleted, _ = Document.objects.filter(source_id=source_id).exclude(generation=generation).delete()
-            run.deleted = deleted
+            # Rows the connector no longer yields. Unchanged rows are not rewritten (that would
+            # touch every index, the HNSW one included); the seen ids decide instead.
+            run.deleted = _delete_unseen(source_id, batcher.seen_ids)
             DataSource.objects.filter(pk=source_id).update(generation=generation, last_synced_at=timezone.now())
         if report.skipped:
             status = IngestionRun.Status.PARTIAL
