@@ -45,12 +45,24 @@ def _corpus(name: str) -> list[dict]:
                     "id_field": "sha",
                     "kind": "commit",
                     "title_field": "subject",
-                    "content_fields": ["subject", "body", "files"],
+                    "content_fields": ["body"],
+                    "url_template": "https://github.com/fastapi/fastapi/commit/{sha}",
                 },
             },
         ]
     if name == "erb":
-        return [{"slug": "erb-docs", "kind": "jsonl", "config": {"path": str(SHARED / "eval/erb/docs")}}]
+        return [
+            {
+                "slug": "erb-docs",
+                "kind": "jsonl",
+                "config": {
+                    "path": str(SHARED / "eval/erb/docs"),
+                    "id_field": "dataset_doc_uuid",
+                    # The benchmark's own noise label must not be searchable.
+                    "exclude_fields": ["dataset_noise_document"],
+                },
+            }
+        ]
     raise CommandError(f"unknown evaluation set {name!r}; use fastapi or erb")
 
 
