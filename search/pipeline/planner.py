@@ -100,17 +100,20 @@ def llm_plan(question: str, *, indexed_kinds: dict[str, int], tries: int = 2) ->
     from django.conf import settings
 
     errors: list[str] = []
-    for _ in range(tries):
+    # First try OpenAI's strict json_schema; the retry uses json_object with the schema attached,
+    # which servers without json_schema support (llama.cpp's) accept and still constrain.
+    formats = [
+        {"type": "json_schema", "json_schema": {"name": "plan", "strict": True, "schema": PLAN_SCHEMA}},
+        {"type": "json_object", "schema": PLAN_SCHEMA},
+    ]
+    for attempt in range(tries):
         try:
             response = llm_client().chat.completions.create(
                 model=settings.KB_LLM_MODEL,
                 messages=messages,
                 temperature=0,
                 max_tokens=300,
-                response_format={
-                    "type": "json_schema",
-                    "json_schema": {"name": "plan", "strict": True, "schema": PLAN_SCHEMA},
-                },
+                response_format=formats[min(attempt, len(formats) - 1)],
             )
             data = json.loads(response.choices[0].message.content or "")
             calls = [

@@ -129,11 +129,15 @@ SYSTEM_PROMPT = (
 )
 
 
+LLM_EVIDENCE_BLOCKS = 8
+LLM_BLOCK_CHARS = 700  # 8 x 700 characters keeps the prompt near 1,500 tokens (small local models)
+
+
 def _evidence_prompt(question: str, evidence: list[Evidence]) -> str:
     blocks = []
-    for ev in evidence:
+    for ev in evidence[:LLM_EVIDENCE_BLOCKS]:
         when = f" ({ev.updated_at.date().isoformat()})" if ev.updated_at else ""
-        blocks.append(f"[{ev.n}] {ev.title} — {ev.location}{when}\n{ev.text[:900]}")
+        blocks.append(f"[{ev.n}] {ev.title} — {ev.location}{when}\n{ev.text[:LLM_BLOCK_CHARS]}")
     return "Evidence:\n\n" + "\n\n".join(blocks) + f"\n\nQuestion: {question}\nAnswer with citations:"
 
 
