@@ -26,6 +26,7 @@ from django.db import connection
 from kbportal.tenancy import tenant_context
 from sources.embeddings import get_embedder
 from sources.selectors import QueryScope
+from sources.text import identifier_terms
 
 RRF_K = 60
 CANDIDATES_PER_RANKER = 50
@@ -108,14 +109,18 @@ def lexical_ranking(
     length normalisation 1 (divide by 1 + log(length)) so a huge page does not win everything.
     """
     where, params = _scope_sql(scope, kinds)
-    params.update(q=query, limit=limit)
+    params.update(q=query, terms=identifier_terms(query), limit=limit)
+    # English (stemmed) websearch query, OR-ed, plus the question's identifier forms unstemmed
+    # ('simple'), which match Document.search_terms exactly.
     sql = f"""
         WITH q AS (
-            SELECT NULLIF(regexp_replace(websearch_to_tsquery('english', %(q)s)::text,
-                                         ' & (?!!)', ' | ', 'g'), '')::tsquery AS query
+            SELECT (
+                regexp_replace(websearch_to_tsquery('english', %(q)s)::text, ' & (?!!)', ' | ', 'g')::tsquery
+                || replace(plainto_tsquery('simple', %(terms)s)::text, ' & ', ' | ')::tsquery
+            ) AS query
         )
         SELECT d.id FROM sources_document d, q
-        WHERE q.query IS NOT NULL AND d.search_vector @@ q.query AND {where}
+        WHERE numnode(q.query) > 0 AND d.search_vector @@ q.query AND {where}
         ORDER BY ts_rank_cd(d.search_vector, q.query, 1) DESC, d.id
         LIMIT %(limit)s
     """

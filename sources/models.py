@@ -134,6 +134,7 @@ class Document(TenantOwned):
     position = models.PositiveIntegerField(default=0, help_text="Order within the parent (neighbours).")
     content = models.TextField()
     text = models.TextField(help_text="Distilled text that is embedded.")
+    search_terms = models.TextField(blank=True, default="", help_text="Identifier forms for full-text search.")
     embedding = VectorField(dimensions=settings.KB_EMBEDDING_DIM, null=True, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     principals = models.JSONField(default=list, blank=True)

@@ -21,6 +21,7 @@ from sources.connectors.base import ConnectorError, DocumentRow, IngestReport
 from sources.connectors.registry import build_connector
 from sources.embeddings import get_embedder
 from sources.models import DataSource, Document, IngestionRun, ProjectSource
+from sources.text import identifier_terms
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +157,7 @@ class _Batcher:
                     parent_external_id=(r.parent_external_id or "")[:512],
                     content=r.content,
                     text=r.embed_text,
+                    search_terms=identifier_terms(f"{r.title}\n{r.content}"),
                     metadata=r.metadata,
                     principals=r.principals,
                     content_hash=hashes[r.external_id],
@@ -185,7 +187,7 @@ class _Batcher:
                 Document.objects.bulk_create(creates)
             update_fields = [
                 "kind", "title", "url", "path", "start_line", "end_line", "position", "parent_external_id",
-                "content", "text", "metadata", "principals", "content_hash", "generation", "created_at",
+                "content", "text", "search_terms", "metadata", "principals", "content_hash", "generation", "created_at",
                 "updated_at", "indexed_at",
             ]  # fmt: skip
             with_vec = [d for d, has in updates if has]
