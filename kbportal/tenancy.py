@@ -82,8 +82,16 @@ def user_context(user_id: int, *, using: str = "default") -> Iterator[None]:
     """
     with transaction.atomic(using=using):
         with connections[using].cursor() as cursor:
-            cursor.execute("SELECT set_config('app.user_id', %s, true)", [str(int(user_id))])
+            cursor.execute(
+                "SELECT current_setting('app.user_id', true), set_config('app.user_id', %s, true)",
+                [str(int(user_id))],
+            )
+            previous = cursor.fetchone()[0]
         yield
+        # As in tenant_context: inside an outer transaction, put back what was there.
+        if len(connections[using].atomic_blocks) > 1 and not connections[using].needs_rollback:
+            with connections[using].cursor() as cursor:
+                cursor.execute("SELECT set_config('app.user_id', %s, true)", [previous or ""])
 
 
 class TenantScopedQuerySet(models.QuerySet):

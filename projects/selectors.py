@@ -34,3 +34,8 @@ def project_list_for_user(user) -> list[Project]:
         return []
     with tenant_context(tenant_id, user_id=user.pk):
         return list(Project.objects.all())
+
+
+def user_is_tenant_admin(user, tenant_id: int) -> bool:
+    """True when the user is an owner or admin of the tenant."""
+    return any(m.tenant_id == tenant_id and m.is_admin for m in membership_list_for_user(user))

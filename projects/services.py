@@ -35,11 +35,15 @@ def membership_create(*, tenant_id: int, user, role: str = Membership.Role.MEMBE
 
 
 def project_create(*, tenant_id: int, name: str, slug: str | None = None, description: str = "") -> Project:
-    """Create a project (a named bundle of data sources) in the tenant."""
+    """Create a project (a named bundle of data sources) in the tenant; the slug is made unique."""
     with tenant_context(tenant_id):
-        return Project.objects.create(
-            tenant_id=tenant_id, name=name, slug=slug or slugify(name)[:80], description=description
-        )
+        base = (slug or slugify(name))[:70] or "project"
+        candidate, n = base, 1
+        # Two names can share a slug ("Billing!" and "billing"): number the newcomer.
+        while Project.objects.filter(slug=candidate).exists():
+            n += 1
+            candidate = f"{base}-{n}"
+        return Project.objects.create(tenant_id=tenant_id, name=name, slug=candidate, description=description)
 
 
 class ProjectNotFound(LookupError):

@@ -5,10 +5,10 @@ from __future__ import annotations
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import redirect, render
 
-from projects.selectors import project_list_for_user, user_tenant_id
+from projects.selectors import project_list_for_user, user_is_tenant_admin, user_tenant_id
 from projects.services import ProjectNotFound, profile_set_default_project, project_create, tenant_create
 
 
@@ -41,10 +41,13 @@ def onboarding(request: HttpRequest) -> HttpResponse:
         return render(request, "projects/onboarding.html", {"org_form": form, "projects": []})
 
     projects = project_list_for_user(request.user)
+    is_admin = user_is_tenant_admin(request.user, tenant_id)
     project_form = ProjectForm(request.POST if request.POST.get("action") == "create" else None)
     if request.method == "POST":
         try:
             if request.POST.get("action") == "create":
+                if not is_admin:
+                    return HttpResponseForbidden("Only owners and admins of the organization create projects.")
                 if project_form.is_valid():
                     project = project_create(tenant_id=tenant_id, name=project_form.cleaned_data["name"])
                     profile_set_default_project(user=request.user, tenant_id=tenant_id, project_id=project.pk)
@@ -59,4 +62,5 @@ def onboarding(request: HttpRequest) -> HttpResponse:
                 return redirect("search:ask")
         except ProjectNotFound as exc:
             messages.error(request, str(exc))
-    return render(request, "projects/onboarding.html", {"projects": projects, "project_form": project_form})
+    context = {"projects": projects, "project_form": project_form if is_admin else None}
+    return render(request, "projects/onboarding.html", context)

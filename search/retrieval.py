@@ -35,8 +35,39 @@ CHUNK_KINDS = {"code_chunk", "doc_section"}
 ALL_RANKERS = ("lexical", "dense")
 
 
+MAX_QUERY_CHARS = 2000
+MAX_LEXICAL_TOKENS = 64  # PostgreSQL's tsquery parser recurses per operator: keep the OR chain short
+
+
 class EmptyQuery(ValueError):
     """The question has no searchable text."""
+
+
+def clean_query(query: str | None) -> str:
+    """The question as searched: NUL and unpaired surrogates removed, whitespace collapsed, at
+    most ``MAX_QUERY_CHARS`` characters. Raises ``EmptyQuery`` when nothing is left."""
+    text = (query or "").replace("\x00", " ")
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    text = " ".join(text.split())[:MAX_QUERY_CHARS]
+    if not text:
+        raise EmptyQuery("the question is empty; type what you are looking for")
+    return text
+
+
+_SAFE_SCHEMES = ("http://", "https://", "mailto:", "slack://")
+
+
+def safe_link(url: str) -> str:
+    """``url`` when it is safe to put in ``href`` (http(s), mailto, slack, or a relative path /
+    ``#anchor``), else ``""``: a ``javascript:`` or ``data:`` URL from a source never becomes a
+    link."""
+    value = (url or "").strip()
+    lowered = value.lower()
+    if lowered.startswith(_SAFE_SCHEMES):
+        return value
+    if ":" in value.split("/", 1)[0] or value.startswith("//"):
+        return ""
+    return value
 
 
 @dataclass
@@ -62,6 +93,11 @@ class Hit:
     similarity: float | None = None  # cosine similarity from the dense ranker, when it ranked the row
 
     @property
+    def link(self) -> str:
+        """The url when safe to render as a link, else ``""`` (see :func:`safe_link`)."""
+        return safe_link(self.url)
+
+    @property
     def group_key(self) -> str:
         """What the hit merges into: its file or page (by path), else the row itself."""
         if self.path and (self.kind in FILE_KINDS or self.kind in CHUNK_KINDS):
@@ -82,7 +118,9 @@ class SearchResult:
         return any("lexical" in h.ranks or (h.similarity or 0) >= 0.35 for h in self.hits)
 
 
-def _scope_sql(scope: QueryScope, kinds: Sequence[str] | None) -> tuple[str, dict[str, Any]]:
+def scope_where_sql(scope: QueryScope, kinds: Sequence[str] | None) -> tuple[str, dict[str, Any]]:
+    """SQL condition on ``sources_document d`` (and its named params) for what ``scope`` may read:
+    its tenant, its allowed sources, rows whose principals admit the asker, optional kinds."""
     where = [
         "d.tenant_id = %(tenant_id)s",
         "d.source_id = ANY(%(source_ids)s)",
@@ -102,22 +140,26 @@ def _scope_sql(scope: QueryScope, kinds: Sequence[str] | None) -> tuple[str, dic
 def lexical_ranking(
     query: str, scope: QueryScope, *, kinds: Sequence[str] | None = None, limit: int = CANDIDATES_PER_RANKER
 ) -> list[int]:
-    """Document ids ranked by full-text match (``websearch_to_tsquery``, terms OR-ed).
+    """Document ids ranked by full-text match (``websearch_to_tsquery`` syntax, terms OR-ed).
 
-    Quoted phrases stay phrases (``<->``) and ``-term`` stays a negation; the other terms are
-    OR-ed so a long natural-language question still matches. Ranked by ``ts_rank_cd`` with
-    length normalisation 1 (divide by 1 + log(length)) so a huge page does not win everything.
+    Quoted phrases stay phrases (``<->``); ``-term`` excludes rows holding the term; the other
+    terms are OR-ed so a long natural-language question still matches, and the question's
+    identifiers also match their joined/split forms (``sources.text.identifier_terms``).
+    Ranked by ``ts_rank_cd`` with length normalisation 1 (divide by 1 + log(length)) so a huge
+    page does not win everything.
     """
-    where, params = _scope_sql(scope, kinds)
-    params.update(q=query, terms=identifier_terms(query), limit=limit)
-    # English (stemmed) websearch query, OR-ed, plus the question's identifier forms unstemmed
-    # ('simple'), which match Document.search_terms exactly.
+    positive, negative = _split_query(query)
+    where, params = scope_where_sql(scope, kinds)
+    params.update(pos=positive, neg=negative, terms=identifier_terms(positive), limit=limit)
     sql = f"""
-        WITH q AS (
-            SELECT (
-                regexp_replace(websearch_to_tsquery('english', %(q)s)::text, ' & (?!!)', ' | ', 'g')::tsquery
-                || replace(plainto_tsquery('simple', %(terms)s)::text, ' & ', ' | ')::tsquery
-            ) AS query
+        WITH parts AS (
+            SELECT
+                regexp_replace(websearch_to_tsquery('english', %(pos)s)::text, ' & ', ' | ', 'g')::tsquery
+                || replace(plainto_tsquery('simple', %(terms)s)::text, ' & ', ' | ')::tsquery AS pos,
+                replace(websearch_to_tsquery('english', %(neg)s)::text, ' & ', ' | ')::tsquery AS neg
+        ), q AS (
+            SELECT CASE WHEN numnode(neg) > 0 AND numnode(pos) > 0 THEN pos && !!neg ELSE pos END AS query
+            FROM parts
         )
         SELECT d.id FROM sources_document d, q
         WHERE numnode(q.query) > 0 AND d.search_vector @@ q.query AND {where}
@@ -127,6 +169,37 @@ def lexical_ranking(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return [row[0] for row in cursor.fetchall()]
+
+
+_QUERY_TOKEN = re.compile(r'-?"[^"]*"|\S+')
+
+
+def _split_query(query: str) -> tuple[str, str]:
+    """``(positive, negative)`` websearch texts: ``-word`` / ``-"phrase"`` go to ``negative``.
+
+    At most ``MAX_LEXICAL_TOKENS`` positive tokens are kept, each once; identifiers also add
+    their parts (``jsonable_encoder`` -> ``jsonable encoder``) for the stemmed English match.
+    """
+    positive: list[str] = []
+    negative: list[str] = []
+    seen: set[str] = set()
+    for token in _QUERY_TOKEN.findall(query):
+        if token.startswith("-") and len(token) > 1:
+            negative.append(token[1:])
+            continue
+        for piece in [token, *_identifier_pieces(token)]:
+            key = piece.lower()
+            if key not in seen and len(positive) < MAX_LEXICAL_TOKENS:
+                seen.add(key)
+                positive.append(piece)
+    return " ".join(positive), " ".join(negative)
+
+
+def _identifier_pieces(token: str) -> list[str]:
+    if token.startswith('"'):
+        return []
+    pieces = [p for p in _SYMBOLS.split(token) if p]
+    return pieces if len(pieces) > 1 else []
 
 
 def dense_ranking(
@@ -141,7 +214,7 @@ def dense_ranking(
     Uses pgvector's iterative index scan (``hnsw.iterative_scan = relaxed_order``) so the
     tenant/source filters do not starve the result list, then re-sorts exactly.
     """
-    where, params = _scope_sql(scope, kinds)
+    where, params = scope_where_sql(scope, kinds)
     params.update(vec="[" + ",".join(f"{x:.7f}" for x in query_vector) + "]", limit=limit)
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL hnsw.ef_search = 100")
@@ -252,23 +325,21 @@ def hybrid_search(
     Returns at most ``limit`` hits, best first, with timings in milliseconds. Raises
     ``EmptyQuery`` for a blank question. Runs inside the scope's tenant context (opens one).
     """
-    query = (query or "").strip()
-    if not query:
-        raise EmptyQuery("the question is empty; type what you are looking for")
+    query = clean_query(query)
     timings: dict[str, float] = {}
     if not scope.allowed_source_ids:
         return SearchResult(hits=[], timings_ms=timings, rankers=tuple(rankers), lexical_matches=0)
     query_vector = None
     if "dense" in rankers:
         t0 = time.perf_counter()
-        query_vector = get_embedder().embed_query(query[:2000])
+        query_vector = get_embedder().embed_query(query)
         timings["embed"] = (time.perf_counter() - t0) * 1000
     with tenant_context(scope.tenant_id, user_id=scope.user_id):
         rankings: dict[str, list[int]] = {}
         similarities: dict[int, float] = {}
         if "lexical" in rankers:
             t0 = time.perf_counter()
-            rankings["lexical"] = lexical_ranking(_lexical_text(query), scope, kinds=kinds)
+            rankings["lexical"] = lexical_ranking(query, scope, kinds=kinds)
             timings["lexical"] = (time.perf_counter() - t0) * 1000
         if query_vector is not None:
             t0 = time.perf_counter()
@@ -297,22 +368,3 @@ def hybrid_search(
 
 
 _SYMBOLS = re.compile(r"[_./:()\[\]{}<>=,;`'\"]+")
-
-
-def _lexical_text(query: str) -> str:
-    """The query for full-text search: identifiers split so `jsonable_encoder` finds its parts.
-
-    Quoted phrases are kept as written (websearch syntax); elsewhere ``snake_case`` and dotted
-    names add their parts next to the whole token.
-    """
-    parts: list[str] = []
-    for segment in re.split(r'("[^"]*")', query):
-        if segment.startswith('"') and segment.endswith('"') and len(segment) > 1:
-            parts.append(segment)
-            continue
-        for token in segment.split():
-            parts.append(token)
-            pieces = [p for p in _SYMBOLS.split(token) if p]
-            if len(pieces) > 1:
-                parts.extend(pieces)
-    return " ".join(parts)

@@ -6,15 +6,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count
+from django.db import connection
 
 from kbportal.tenancy import tenant_context
 from search.pipeline.evidence import Evidence
 from search.pipeline.executor import execute_plan
 from search.pipeline.planner import make_plan
 from search.pipeline.synthesizer import Answer, synthesize
-from search.retrieval import EmptyQuery
-from sources.models import Document
+from search.retrieval import clean_query, scope_where_sql
 from sources.selectors import QueryScope
 
 
@@ -51,25 +50,20 @@ class AskResult:
 
 
 def indexed_kinds(scope: QueryScope) -> dict[str, int]:
-    """``{kind: row count}`` of what the scope's sources hold (the planner's view of the project)."""
+    """``{kind: row count}`` of what the asker may read in the scope (the planner's view)."""
+    where, params = scope_where_sql(scope, None)
     with tenant_context(scope.tenant_id, user_id=scope.user_id):
-        rows = (
-            Document.objects.filter(source_id__in=scope.allowed_source_ids)
-            .values("kind")
-            .annotate(n=Count("id"))
-            .order_by()
-        )
-        return {r["kind"]: r["n"] for r in rows}
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT d.kind, count(*) FROM sources_document d WHERE {where} GROUP BY d.kind", params)
+            return {kind: n for kind, n in cursor.fetchall()}
 
 
 def ask(question: str, scope: QueryScope, *, limit: int = 10) -> AskResult:
     """Answer ``question`` from the scope's sources, with ``[n]`` citations.
 
-    Raises ``EmptyQuery`` for a blank question. Timings are in milliseconds.
+    Raises ``search.retrieval.EmptyQuery`` for a blank question. Timings are in milliseconds.
     """
-    question = (question or "").strip()
-    if not question:
-        raise EmptyQuery("the question is empty; type what you are looking for")
+    question = clean_query(question)
     t0 = time.perf_counter()
     plan = make_plan(question, indexed_kinds=indexed_kinds(scope))
     t_plan = time.perf_counter()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -14,9 +16,15 @@ from search.services import ask
 from sources.selectors import scope_for_user
 
 
+_SLUG = re.compile(r"[-a-zA-Z0-9_]{1,80}")
+
+
 def _scope_or_onboarding(request: HttpRequest):
+    project = request.GET.get("project") or None
+    if project is not None and not _SLUG.fullmatch(project):
+        return None, render(request, "search/not_found.html", {"message": "no such project"}, status=404)
     try:
-        return scope_for_user(request.user, request.GET.get("project") or None), None
+        return scope_for_user(request.user, project), None
     except ScopeNotFound as exc:
         if request.GET.get("project"):
             return None, render(request, "search/not_found.html", {"message": str(exc)}, status=404)
@@ -25,8 +33,6 @@ def _scope_or_onboarding(request: HttpRequest):
 
 def _link_citations(text: str, cited: list[int]) -> str:
     """Escape the answer, then turn ``[n]`` into links to the source list entry."""
-    import re
-
     html = escape(text)
     html = re.sub(r"\[(\d+)\]", lambda m: f'<a class="cite" href="#source-{m.group(1)}">[{m.group(1)}]</a>', html)
     return mark_safe(html.replace("\n", "<br>"))

@@ -20,10 +20,6 @@ class DataSource(TenantOwned):
     counts successful runs and marks which rows the last run saw.
     """
 
-    class Visibility(models.TextChoices):
-        TENANT = "tenant", "Everyone in the tenant"
-        PROJECT = "project", "Members of its projects"
-
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     name = models.CharField(max_length=200)
     slug = models.SlugField(max_length=80)
@@ -32,7 +28,6 @@ class DataSource(TenantOwned):
     include = models.JSONField(default=list, blank=True, help_text="Path globs to index (empty: all).")
     exclude = models.JSONField(default=list, blank=True, help_text="Path globs to skip.")
     sync_interval_minutes = models.PositiveIntegerField(default=60)
-    visibility = models.CharField(max_length=16, choices=Visibility.choices, default=Visibility.TENANT)
     projects = models.ManyToManyField("projects.Project", through="ProjectSource", related_name="sources", blank=True)
     generation = models.PositiveIntegerField(default=0)
     last_synced_at = models.DateTimeField(null=True, blank=True)

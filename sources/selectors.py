@@ -29,7 +29,8 @@ def source_resolve_for_operator(reference: str, *, tenant_slug: str | None = Non
     for tenant in tenants:
         with tenant_context(tenant.pk):
             qs = DataSource.objects.all()
-            found = qs.filter(pk=int(reference)) if reference.isdigit() else qs.filter(slug=reference)
+            by_id = reference.isascii() and reference.isdigit()
+            found = qs.filter(pk=int(reference)) if by_id else qs.filter(slug=reference)
             matches.extend(found.select_related("tenant"))
     if not matches:
         where = f" in tenant {tenant_slug!r}" if tenant_slug else ""
@@ -85,8 +86,20 @@ def scope_for_user(user, project_slug: str | None = None) -> QueryScope:
         project_slug=project.slug,
         project_name=project.name,
         allowed_source_ids=source_ids,
-        principals=(f"user:{user.pk}", f"email:{user.email.lower()}") if user.email else (f"user:{user.pk}",),
+        principals=user_principals(user),
     )
+
+
+def user_principals(user) -> tuple[str, ...]:
+    """What a user is known as to ``Document.principals``: ``user:<id>`` and verified emails.
+
+    Only addresses allauth has verified count: a user-editable, unverified address would let a
+    member claim someone else's restricted rows.
+    """
+    from allauth.account.models import EmailAddress
+
+    emails = EmailAddress.objects.filter(user=user, verified=True).values_list("email", flat=True)
+    return (f"user:{user.pk}", *sorted(f"email:{e.lower()}" for e in emails))
 
 
 def scope_for_operator(*, tenant_slug: str | None = None, project_slug: str | None = None) -> QueryScope:

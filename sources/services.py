@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -85,11 +85,12 @@ def ingestion_run_create(*, tenant_id: int, source_id: int) -> IngestionRun:
 class _Batcher:
     """Upserts rows of one run in batches, each batch one transaction in the tenant's context."""
 
-    def __init__(self, *, tenant_id: int, source_id: int, generation: int, run: IngestionRun):
+    def __init__(self, *, tenant_id: int, source_id: int, generation: int, run: IngestionRun, report: IngestReport):
         self.tenant_id = tenant_id
         self.source_id = source_id
         self.generation = generation
         self.run = run
+        self.report = report
         self.pending: list[DocumentRow] = []
         self.seen_ids: set[str] = set()
         self.embedder = None
@@ -168,7 +169,8 @@ class _Batcher:
                 )
                 if r.external_id in existing:
                     doc = Document(
-                        id=existing[r.external_id]["id"], tenant_id=self.tenant_id, source_id=self.source_id, **fields
+                        id=existing[r.external_id]["id"],
+                        external_id=r.external_id, tenant_id=self.tenant_id, source_id=self.source_id, **fields
                     )
                     if r.external_id in vectors:
                         doc.embedding = vectors[r.external_id]
@@ -183,19 +185,17 @@ class _Batcher:
                             **fields,
                         )
                     )
-            if creates:
-                Document.objects.bulk_create(creates)
             update_fields = [
                 "kind", "title", "url", "path", "start_line", "end_line", "position", "parent_external_id",
-                "content", "text", "search_terms", "metadata", "principals", "content_hash", "generation", "created_at",
-                "updated_at", "indexed_at",
+                "content", "text", "search_terms", "metadata", "principals", "content_hash", "generation",
+                "created_at", "updated_at", "indexed_at",
             ]  # fmt: skip
-            with_vec = [d for d, has in updates if has]
-            without_vec = [d for d, has in updates if not has]
-            if with_vec:
-                Document.objects.bulk_update(with_vec, update_fields + ["embedding"])
-            if without_vec:
-                Document.objects.bulk_update(without_vec, update_fields)
+            writes = [(doc, "create") for doc in creates] + [
+                (doc, "update+vector" if has else "update") for doc, has in updates
+            ]
+            failed = self._write(writes, update_fields)
+            creates = [d for d in creates if d.external_id not in failed]
+            updates = [(d, has) for d, has in updates if d.external_id not in failed]
             run = self.run
             run.seen += len(rows)
             run.created += len(creates)
@@ -205,6 +205,42 @@ class _Batcher:
             IngestionRun.objects.filter(pk=run.pk).update(
                 seen=run.seen, created=run.created, updated=run.updated, unchanged=run.unchanged, embedded=run.embedded
             )
+
+
+    def _write(self, writes: list[tuple[Document, str]], update_fields: list[str]) -> set[str]:
+        """Write the batch; if PostgreSQL refuses it, write row by row and skip the bad rows.
+
+        Returns the external ids that could not be stored (recorded on the run; an existing
+        row keeps its previous version, so nothing is lost).
+        """
+        try:
+            with transaction.atomic():
+                self._write_many(writes, update_fields)
+            return set()
+        except DatabaseError:
+            pass
+        failed: set[str] = set()
+        for doc, mode in writes:
+            try:
+                with transaction.atomic():
+                    self._write_many([(doc, mode)], update_fields)
+            except DatabaseError as exc:
+                eid = doc.external_id or str(doc.pk)
+                failed.add(eid)
+                self.report.skip(eid, f"could not be stored: {str(exc).splitlines()[0][:300]}")
+        return failed
+
+    @staticmethod
+    def _write_many(writes: list[tuple[Document, str]], update_fields: list[str]) -> None:
+        creates = [d for d, mode in writes if mode == "create"]
+        with_vec = [d for d, mode in writes if mode == "update+vector"]
+        without_vec = [d for d, mode in writes if mode == "update"]
+        if creates:
+            Document.objects.bulk_create(creates)
+        if with_vec:
+            Document.objects.bulk_update(with_vec, update_fields + ["embedding"])
+        if without_vec:
+            Document.objects.bulk_update(without_vec, update_fields)
 
 
 def _link_parents(source_id: int) -> None:
@@ -275,7 +311,7 @@ def source_ingest(
         kind, config, include, exclude = source.kind, source.config, source.include, source.exclude
 
     report = IngestReport()
-    batcher = _Batcher(tenant_id=tenant_id, source_id=source_id, generation=generation, run=run)
+    batcher = _Batcher(tenant_id=tenant_id, source_id=source_id, generation=generation, run=run, report=report)
     status, error = IngestionRun.Status.SUCCEEDED, ""
     try:
         connector = build_connector(kind, config, include=include, exclude=exclude)

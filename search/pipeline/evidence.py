@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from search.retrieval import Hit
+from search.retrieval import Hit, safe_link
 
 SNIPPET_CHARS = 1200
 RELEVANT_SIMILARITY = 0.35
@@ -40,6 +40,11 @@ class Evidence:
     def is_relevant(self) -> bool:
         """Matched the question's words, or is semantically close (cosine >= 0.35)."""
         return self.lexical_rank is not None or (self.similarity or 0.0) >= RELEVANT_SIMILARITY
+
+    @property
+    def link(self) -> str:
+        """The url when safe to render as a link, else ``""``."""
+        return safe_link(self.url)
 
     @property
     def location(self) -> str:

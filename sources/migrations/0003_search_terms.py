@@ -1,7 +1,9 @@
 from django.db import migrations, models
 
 # The search vector gains the identifier terms (weight B, 'simple': no stemming, so the joined
-# form of `jsonable_encoder` matches exactly). A generated column cannot be altered: re-create.
+# form of `jsonable_encoder` matches exactly), and reads at most 200,000 characters of content
+# (a tsvector holds at most 1 MB; 500,000 characters of a 3-byte script overflowed it).
+# A generated column cannot be altered: re-create.
 SEARCH_VECTOR = """
 DROP INDEX IF EXISTS document_search_vector_gin;
 ALTER TABLE sources_document DROP COLUMN IF EXISTS search_vector;
@@ -9,7 +11,7 @@ ALTER TABLE sources_document ADD COLUMN search_vector tsvector GENERATED ALWAYS 
     setweight(to_tsvector('english'::regconfig, coalesce(title, '')), 'A') ||
     setweight(to_tsvector('simple'::regconfig, coalesce(path, '')), 'B') ||
     setweight(to_tsvector('simple'::regconfig, coalesce(search_terms, '')), 'B') ||
-    setweight(to_tsvector('english'::regconfig, left(coalesce(content, ''), 500000)), 'C')
+    setweight(to_tsvector('english'::regconfig, left(coalesce(content, ''), 200000)), 'C')
 ) STORED;
 CREATE INDEX document_search_vector_gin ON sources_document USING gin (search_vector);
 """

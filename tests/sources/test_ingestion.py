@@ -105,3 +105,15 @@ def test_ingest_command_prints_counts_and_fails_clearly(tenant, capsys):
     assert "succeeded" in out and "rows seen 2, created 2" in out
     with pytest.raises(CommandError, match="no data source 'missing' in tenant 'ingest'"):
         call_command("ingest", "missing", "--tenant", "ingest")
+
+
+def test_a_row_postgresql_refuses_is_recorded_and_the_rest_of_its_batch_kept(tenant):
+    rows = _rows(("good", "a fine row"), ("bad", "a row whose kind is too long"), ("also", "fine"))
+    rows[1]["kind"] = "k" * 30  # varchar(20): PostgreSQL refuses this one row
+    source = _source(tenant, rows)
+    run = source_ingest(tenant_id=tenant.tenant.pk, source_id=source.pk)
+    assert run.status == "partial"
+    assert [item["item"] for item in run.skipped_items] == ["bad"]
+    assert run.skipped_items[0]["reason"].startswith("could not be stored: value too long for type character varying")
+    assert set(_docs(tenant)) == {"good", "also"}
+    assert (run.created, run.embedded) == (2, 3)

@@ -226,6 +226,10 @@ class DocsConnector(Connector):
     def page_rows(self, root: Path, relpath: str, report: IngestReport) -> list[DocumentRow]:
         """The page row and its section rows for one file; ``[]`` (and a skip) when unreadable."""
         full = root / relpath
+        # A link could point anywhere on the server (a secret key, /etc/passwd): never follow.
+        if full.is_symlink():
+            report.skip(relpath, "symbolic link; not followed")
+            return []
         try:
             data = full.read_bytes()
             mtime = datetime.fromtimestamp(full.stat().st_mtime, tz=UTC)

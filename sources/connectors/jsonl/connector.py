@@ -173,6 +173,11 @@ class JsonDocumentsConnector(Connector):
 
     def _file_rows(self, base: Path, rel: str, report: IngestReport, *, single: bool) -> Iterator[DocumentRow]:
         path = base / rel
+        # A link could point anywhere on the server: never follow one inside a folder source.
+        if not single and path.is_symlink():
+            report.skip(rel, "symbolic link; not followed")
+            report.advance()
+            return
         # The first folder of a record's path names its origin in a mixed export (slack/, jira/).
         source_type = PurePosixPath(rel).parts[0] if not single and len(PurePosixPath(rel).parts) > 1 else None
         if path.suffix.lower() in JSON_LIST_SUFFIXES:
