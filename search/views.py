@@ -15,7 +15,6 @@ from search.retrieval import EmptyQuery, hybrid_search
 from search.services import ask
 from sources.selectors import scope_for_user
 
-
 _SLUG = re.compile(r"[-a-zA-Z0-9_]{1,80}")
 
 

@@ -170,7 +170,10 @@ class _Batcher:
                 if r.external_id in existing:
                     doc = Document(
                         id=existing[r.external_id]["id"],
-                        external_id=r.external_id, tenant_id=self.tenant_id, source_id=self.source_id, **fields
+                        external_id=r.external_id,
+                        tenant_id=self.tenant_id,
+                        source_id=self.source_id,
+                        **fields,
                     )
                     if r.external_id in vectors:
                         doc.embedding = vectors[r.external_id]
@@ -205,7 +208,6 @@ class _Batcher:
             IngestionRun.objects.filter(pk=run.pk).update(
                 seen=run.seen, created=run.created, updated=run.updated, unchanged=run.unchanged, embedded=run.embedded
             )
-
 
     def _write(self, writes: list[tuple[Document, str]], update_fields: list[str]) -> set[str]:
         """Write the batch; if PostgreSQL refuses it, write row by row and skip the bad rows.

@@ -86,7 +86,7 @@ class Command(BaseCommand):
                     f"\nkbportal demo ready in {time.perf_counter() - t_start:.0f}s\n"
                     f"  web:   http://127.0.0.1:{port}/   (admin: http://127.0.0.1:{port}/admin/)\n"
                     f"  login: admin / {password}\n"
-                    f"  ask:   .venv/bin/python manage.py ask \"your question\""
+                    f'  ask:   .venv/bin/python manage.py ask "your question"'
                 )
             )
             if no_serve:
