@@ -347,6 +347,21 @@ def hybrid_search(
             rankings["dense"] = [doc_id for doc_id, _ in dense]
             similarities = dict(dense)
             timings["dense"] = (time.perf_counter() - t0) * 1000
+        # A question that asks for a kind of thing (a function, a recent change) gets extra
+        # rankings restricted to those kinds, so the few code rows are not drowned by prose.
+        t0 = time.perf_counter()
+        for family, family_kinds in query_intents(query).items():
+            restricted = [k for k in family_kinds if not kinds or k in kinds]
+            if not restricted:
+                continue
+            if "lexical" in rankers:
+                rankings[f"lexical:{family}"] = lexical_ranking(query, scope, kinds=restricted)
+            if query_vector is not None:
+                dense = dense_ranking(query_vector, scope, kinds=restricted)
+                rankings[f"dense:{family}"] = [doc_id for doc_id, _ in dense]
+                similarities.update(dense)
+        if len(rankings) > 2:
+            timings["intents"] = (time.perf_counter() - t0) * 1000
         t0 = time.perf_counter()
         scores, ranks = rrf_fuse(rankings)
         hits_by_id = _load_hits(scores)
@@ -365,6 +380,34 @@ def hybrid_search(
     return SearchResult(
         hits=hits, timings_ms=timings, rankers=tuple(rankers), lexical_matches=len(rankings.get("lexical", []))
     )
+
+
+_CODE_WORDS = re.compile(
+    r"\b(which|what)\s+(\w+\s+)?(function|functions|class|classes|method|methods|decorator|exception|error|"
+    r"module|helper|object|type)\b|\bwhere\s+(is|are|does)\b.*\b(defined|implemented|declared|lives?)\b|"
+    r"\bshow me\b|\bsource code\b|\bimplementation\b",
+    re.I,
+)
+# Identifiers are case-sensitive shapes: snake_case, camelCase, CamelCase with two humps, `quoted`.
+_CODE_IDENTIFIER = re.compile(r"`[^`]+`|\b_*[a-z][a-z0-9]*_[a-z0-9_]+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z0-9]+[A-Z][a-z]\w*\b")
+_HISTORY_WORDS = re.compile(
+    r"\b(recent|recently|latest|last)\s+(\w+\s+)?(change|changes|fix|fixes|commit|commits|release|PRs?)\b|"
+    r"\b(commits?|pull requests?|PRs?|changelog|what changed|was fixed|got fixed|regression)\b",
+    re.I,
+)
+_INTENTS: dict[str, tuple[tuple[re.Pattern[str], ...], tuple[str, ...]]] = {
+    "code": ((_CODE_WORDS, _CODE_IDENTIFIER), ("code_chunk", "code_file")),
+    "history": ((_HISTORY_WORDS,), ("commit", "pr")),
+}
+
+
+def query_intents(query: str) -> dict[str, tuple[str, ...]]:
+    """Families of row kinds the question explicitly asks for: ``{"code": kinds, ...}``.
+
+    "Which function...", "where is X defined", a named identifier -> code; "recent change",
+    "commit", "PR" -> history. Matching is on the question's wording, never on a data set.
+    """
+    return {name: kinds for name, (patterns, kinds) in _INTENTS.items() if any(p.search(query) for p in patterns)}
 
 
 _SYMBOLS = re.compile(r"[_./:()\[\]{}<>=,;`'\"]+")
