@@ -32,7 +32,7 @@ RRF_K = 60
 CANDIDATES_PER_RANKER = 50
 FILE_KINDS = {"code_file", "doc_page"}
 CHUNK_KINDS = {"code_chunk", "doc_section"}
-ALL_RANKERS = ("lexical", "dense")
+ALL_RANKERS = ("lexical", "dense", "symbol")
 
 
 MAX_QUERY_CHARS = 2000
@@ -202,6 +202,48 @@ def _identifier_pieces(token: str) -> list[str]:
     return pieces if len(pieces) > 1 else []
 
 
+def query_identifiers(query: str) -> list[str]:
+    """Code identifiers named in the question (lowercased, each once): `quoted`, snake_case,
+    camelCase, CamelCase with two humps, dotted.names (their last part)."""
+    names: list[str] = []
+    for match in _CODE_IDENTIFIER.finditer(query):
+        name = match.group(0).strip("`").rstrip("()").split(".")[-1].lower()
+        if len(name) > 2 and name not in names:
+            names.append(name)
+    return names
+
+
+def symbol_ranking(
+    query: str, scope: QueryScope, *, kinds: Sequence[str] | None = None, limit: int = CANDIDATES_PER_RANKER
+) -> list[int]:
+    """Code rows whose symbol is an identifier the question names, definitions first.
+
+    ``Class.method`` matches ``method`` too. Empty when the question names no identifier.
+    """
+    names = query_identifiers(query)
+    if not names:
+        return []
+    code_kinds = [k for k in ("code_chunk", "code_file") if not kinds or k in kinds]
+    if not code_kinds:
+        return []
+    where, params = scope_where_sql(scope, code_kinds)
+    params.update(names=names, limit=limit)
+    sql = f"""
+        SELECT d.id FROM sources_document d
+        WHERE {where} AND (
+            lower(d.metadata->>'symbol') = ANY(%(names)s)
+            OR lower(regexp_replace(d.metadata->>'symbol', '^.*\\.', '')) = ANY(%(names)s)
+        )
+        ORDER BY (lower(d.metadata->>'symbol') = ANY(%(names)s)) DESC,
+                 (d.metadata->>'symbol_kind' IN ('class', 'function', 'method')) DESC,
+                 d.start_line NULLS LAST, d.id
+        LIMIT %(limit)s
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [row[0] for row in cursor.fetchall()]
+
+
 def dense_ranking(
     query_vector: Sequence[float],
     scope: QueryScope,
@@ -347,6 +389,10 @@ def hybrid_search(
             rankings["dense"] = [doc_id for doc_id, _ in dense]
             similarities = dict(dense)
             timings["dense"] = (time.perf_counter() - t0) * 1000
+        if "symbol" in rankers:
+            t0 = time.perf_counter()
+            rankings["symbol"] = symbol_ranking(query, scope, kinds=kinds)
+            timings["symbol"] = (time.perf_counter() - t0) * 1000
         # A question that asks for a kind of thing (a function, a recent change) gets extra
         # rankings restricted to those kinds, so the few code rows are not drowned by prose.
         t0 = time.perf_counter()
@@ -360,7 +406,7 @@ def hybrid_search(
                 dense = dense_ranking(query_vector, scope, kinds=restricted)
                 rankings[f"dense:{family}"] = [doc_id for doc_id, _ in dense]
                 similarities.update(dense)
-        if len(rankings) > 2:
+        if any(":" in name for name in rankings):
             timings["intents"] = (time.perf_counter() - t0) * 1000
         t0 = time.perf_counter()
         scores, ranks = rrf_fuse(rankings)
@@ -389,7 +435,9 @@ _CODE_WORDS = re.compile(
     re.I,
 )
 # Identifiers are case-sensitive shapes: snake_case, camelCase, CamelCase with two humps, `quoted`.
-_CODE_IDENTIFIER = re.compile(r"`[^`]+`|\b_*[a-z][a-z0-9]*_[a-z0-9_]+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z0-9]+[A-Z][a-z]\w*\b")
+_CODE_IDENTIFIER = re.compile(
+    r"`[^`]+`|\b_*[a-z][a-z0-9]*_[a-z0-9_]+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z0-9]+[A-Z][a-z]\w*\b"
+)
 _HISTORY_WORDS = re.compile(
     r"\b(recent|recently|latest|last)\s+(\w+\s+)?(change|changes|fix|fixes|commit|commits|release|PRs?)\b|"
     r"\b(commits?|pull requests?|PRs?|changelog|what changed|was fixed|got fixed|regression)\b",

@@ -88,3 +88,23 @@ def test_restricted_rows_only_for_their_principals(kb):
 def test_empty_question_is_a_clear_error(kb):
     with pytest.raises(EmptyQuery, match="empty"):
         hybrid_search("   ", scope_for_user(kb.acme.admin))
+
+
+def test_query_intents_and_identifiers_follow_the_wording():
+    from search.retrieval import query_identifiers, query_intents
+
+    assert set(query_intents("Which function turns errors into JSON?")) == {"code"}
+    assert set(query_intents("What recent change fixed the cookie parser?")) == {"history"}
+    assert query_intents("How do I set a cookie with FastAPI?") == {}
+    assert query_identifiers("Where is DependencyScopeError defined, and `run_app()`?") == [
+        "dependencyscopeerror",
+        "run_app",
+    ]
+
+
+@pytest.mark.django_db
+def test_symbol_ranker_puts_the_named_definition_first(kb):
+    scope = scope_for_user(kb.acme.admin)
+    result = hybrid_search("what does compute_backoff return for attempt 3", scope)
+    assert result.hits[0].external_id == "billing/retry.py#compute_backoff"
+    assert result.hits[0].ranks["symbol"] == 1
