@@ -110,15 +110,21 @@ def gold_matches(gold: dict[str, Any], hit: Hit) -> bool:
 
 def score_question(question: Question, hits: list[Hit], latency_ms: float) -> QuestionResult:
     """Rank-based metrics of one question's ranked hits."""
+    golds: list[dict[str, Any]] = []
+    for gold in question.gold:  # a gold item listed twice counts once
+        if gold not in golds:
+            golds.append(gold)
     found_at: dict[int, int] = {}
     first: int | None = None
     for rank, hit in enumerate(hits, start=1):
-        for gi, gold in enumerate(question.gold):
-            if gold_matches(gold, hit):
-                found_at.setdefault(gi, rank)
+        # One hit credits at most one gold item, so nDCG stays <= 1.
+        for gi, gold in enumerate(golds):
+            if gi not in found_at and gold_matches(gold, hit):
+                found_at[gi] = rank
                 if first is None:
                     first = rank
-    n_gold = len(question.gold)
+                break
+    n_gold = len(golds)
     recall = {k: sum(1 for r in found_at.values() if r <= k) / n_gold for k in KS}
     dcg = sum(1.0 / math.log2(r + 1) for r in found_at.values() if r <= 10)
     ideal = sum(1.0 / math.log2(i + 2) for i in range(min(n_gold, 10)))

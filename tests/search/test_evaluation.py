@@ -1,0 +1,71 @@
+"""Evaluation: question files in both formats, the metrics' arithmetic, and kb_eval end to end."""
+
+import json
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from search.evaluation import EvalInputError, Question, load_questions, score_question
+from search.retrieval import Hit
+
+
+def _hit(path="", start=None, end=None, kind="doc_section", external_id="x", metadata=None):
+    return Hit(
+        document_id=1, source_id=1, kind=kind, title="t", url="", path=path, start_line=start, end_line=end,
+        content="", text="", metadata=metadata or {}, updated_at=None, parent_id=None, external_id=external_id,
+    )  # fmt: skip
+
+
+def test_load_questions_reads_both_formats_and_names_bad_lines(tmp_path):
+    f = tmp_path / "q.jsonl"
+    f.write_text(
+        json.dumps({"id": "a", "type": "docs", "question": "Q1?", "gold": [{"kind": "doc", "path": "p.md"}]})
+        + "\n\n"
+        + json.dumps({"question_id": "b", "question_type": "basic", "question": "Q2?", "expected_doc_ids": ["d1"]})
+        + "\n"
+    )
+    qs = load_questions(f)
+    assert [(q.id, q.type, q.gold) for q in qs] == [
+        ("a", "docs", [{"kind": "doc", "path": "p.md"}]),
+        ("b", "basic", [{"kind": "doc_id", "id": "d1"}]),
+    ]
+    f.write_text('{"id": "a", "question": "Q?", "gold": []}\n{not json\n')
+    with pytest.raises(EvalInputError, match=r"q.jsonl:2: invalid JSON"):
+        load_questions(f)
+    with pytest.raises(EvalInputError, match="does not exist"):
+        load_questions(tmp_path / "missing.jsonl")
+
+
+def test_metrics_follow_the_definitions():
+    q = Question(
+        id="q",
+        type="code",
+        text="?",
+        gold=[{"kind": "code", "path": "a.py", "line": 12}, {"kind": "commit", "pr": 7}],
+    )
+    hits = [
+        _hit("a.py", 1, 200, kind="code_file"),  # a whole-file row does not count
+        _hit("b.md"),
+        _hit("a.py", 10, 20, kind="code_chunk"),
+        _hit(kind="commit", metadata={"pr_number": 7}),
+    ]
+    r = score_question(q, hits, latency_ms=5.0)
+    assert r.first_relevant_rank == 3
+    assert r.recall == {1: 0.0, 3: 0.5, 10: 1.0}
+    ideal = 1 + 1 / 1.5849625007211563
+    assert r.ndcg10 == pytest.approx((1 / 2 + 1 / 2.321928094887362) / ideal)
+
+
+@pytest.mark.django_db
+def test_kb_eval_indexes_the_erb_corpus_and_scores_a_custom_questions_file(tmp_path, capsys, shared_dir):
+    first = json.loads((shared_dir / "eval/erb/questions.jsonl").read_text().splitlines()[0])
+    f = tmp_path / "one.jsonl"
+    f.write_text(json.dumps(first) + "\n")
+    call_command("kb_eval", "--set", "erb", "--questions", str(f), "--json")
+    report = json.loads(capsys.readouterr().out)
+    assert report["overall"]["n"] == 1
+    assert report["overall"]["recall@10"] == 1.0
+    assert report["questions"][0]["id"] == first["question_id"]
+    with pytest.raises(CommandError, match="does not exist"):
+        call_command("kb_eval", "--set", "erb", "--questions", str(tmp_path / "nope.jsonl"))
