@@ -140,12 +140,13 @@ REST_FRAMEWORK = {
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 _celery_dir = VAR_DIR / "celery"
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for _sub in ("in", "processed"):
+    for _sub in ("in", "processed", "control"):
         (_celery_dir / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_celery_dir / "in"),
         "data_folder_out": str(_celery_dir / "in"),
         "processed_folder": str(_celery_dir / "processed"),
+        "control_folder": str(_celery_dir / "control"),
         "store_processed": False,
     }
 CELERY_TASK_ALWAYS_EAGER = _env_bool("CELERY_TASK_ALWAYS_EAGER", False)

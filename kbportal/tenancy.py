@@ -118,18 +118,21 @@ class TenantScopedManager(models.Manager.from_queryset(TenantScopedQuerySet)):
 class TenantOwned(models.Model):
     """Abstract base of every tenant-owned model: a ``tenant`` FK and the scoped manager.
 
-    ``all_tenants`` is the unscoped manager for migrations and the platform operator's admin
-    (which connects as the table owner); it still meets row-level security on the app role.
+    ``all_tenants`` is the unscoped (default) manager for framework code and the platform
+    operator's admin (which connects as the table owner); on the app role it still meets
+    row-level security, so outside a tenant context it returns nothing.
     """
 
     tenant = models.ForeignKey("projects.Tenant", on_delete=models.CASCADE, related_name="+")
 
-    objects = TenantScopedManager()
+    # ``all_tenants`` is declared first so it is Django's default manager: forms, the admin and
+    # other framework code build querysets eagerly (before any tenant is known) and then meet
+    # row-level security. Application code uses ``objects``, which refuses to run unscoped.
     all_tenants = models.Manager()
+    objects = TenantScopedManager()
 
     class Meta:
         abstract = True
-        base_manager_name = "all_tenants"
 
     def save(self, *args, **kwargs):
         if self.tenant_id is None and _current_tenant.get() is not None:

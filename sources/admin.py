@@ -1,3 +1,4 @@
+from django import forms
 from django.contrib import admin, messages
 
 from kbportal.admin import OwnerDatabaseAdmin, OwnerDatabaseInline
@@ -8,9 +9,31 @@ class ProjectSourceInline(OwnerDatabaseInline):
     model = ProjectSource
 
 
+class DataSourceForm(forms.ModelForm):
+    """Validates ``config`` with the connector's pydantic model, naming each invalid field."""
+
+    class Meta:
+        model = DataSource
+        fields = "__all__"
+
+    def clean(self):
+        from sources.connectors.base import ConnectorError
+        from sources.connectors.registry import build_connector
+
+        data = super().clean()
+        try:
+            build_connector(
+                data.get("kind", ""), data.get("config") or {}, include=data.get("include"), exclude=data.get("exclude")
+            )
+        except ConnectorError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return data
+
+
 @admin.register(DataSource)
 class DataSourceAdmin(OwnerDatabaseAdmin):
-    list_display = ["name", "kind", "tenant", "generation", "last_synced_at", "sync_interval_minutes"]
+    form = DataSourceForm
+    list_display = ["name", "slug", "kind", "tenant", "generation", "last_synced_at", "sync_interval_minutes"]
     list_filter = ["tenant", "kind"]
     search_fields = ["name", "slug"]
     readonly_fields = ["generation", "last_synced_at", "public_id"]

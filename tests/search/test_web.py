@@ -93,3 +93,35 @@ def test_admin_lists_sources_and_runs_for_staff(client, kb):
     response = client.get("/admin/sources/ingestionrun/")
     assert response.status_code == 200
     assert "succeeded" in response.content.decode().lower()
+
+
+@pytest.mark.django_db(databases=["default", "owner"])
+def test_admin_change_and_add_forms_render(client, kb):
+    staff = get_user_model().objects.create_superuser("operator2", "op2@example.com", "pw-operator-123")
+    client.force_login(staff)
+    for url in [
+        "/admin/sources/datasource/add/",
+        f"/admin/sources/datasource/{kb.acme_source_id}/change/",
+        "/admin/projects/project/add/",
+        f"/admin/projects/tenant/{kb.acme.tenant.pk}/change/",
+        "/admin/projects/profile/add/",
+        "/admin/sources/document/",
+    ]:
+        assert client.get(url).status_code == 200, url
+
+
+@pytest.mark.django_db(databases=["default", "owner"])
+def test_admin_refuses_an_invalid_source_config_with_the_field_named(client, kb):
+    staff = get_user_model().objects.create_superuser("operator3", "op3@example.com", "pw-operator-123")
+    client.force_login(staff)
+    response = client.post(
+        "/admin/sources/datasource/add/",
+        {
+            "tenant": kb.acme.tenant.pk, "name": "Bad", "slug": "bad", "kind": "docs", "config": '{"folder": "/x"}',
+            "include": "[]", "exclude": "[]", "sync_interval_minutes": 60, "generation": 0,
+            "projectsource_set-TOTAL_FORMS": 0, "projectsource_set-INITIAL_FORMS": 0,
+        },
+    )  # fmt: skip
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "invalid config for a &#x27;docs&#x27; data source" in html and "path: Field required" in html
