@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 from django.db import connection
 
@@ -54,20 +55,27 @@ def clean_query(query: str | None) -> str:
     return text
 
 
-_SAFE_SCHEMES = ("http://", "https://", "mailto:", "slack://")
+_EXTERNAL_SCHEMES = ("http://", "https://", "mailto:")
 
 
 def safe_link(url: str) -> str:
-    """``url`` when it is safe to put in ``href`` (http(s), mailto, slack, or a relative path /
-    ``#anchor``), else ``""``: a ``javascript:`` or ``data:`` URL from a source never becomes a
-    link."""
+    """``url`` when it may go in ``href`` as it is (http, https, mailto), else ``""``: a
+    ``javascript:`` or ``data:`` URL from a source never becomes a link."""
     value = (url or "").strip()
-    lowered = value.lower()
-    if lowered.startswith(_SAFE_SCHEMES):
-        return value
-    if ":" in value.split("/", 1)[0] or value.startswith("//"):
-        return ""
-    return value
+    return value if value.lower().startswith(_EXTERNAL_SCHEMES) else ""
+
+
+def portal_link(url: str, source_public_id: str, external_id: str, start_line: int | None = None) -> str:
+    """The link for a row: its http(s) url, else the portal's page for the document (with a
+    ``#L<n>`` anchor for code). Relative paths and ``slack://`` links resolve nowhere in a
+    browser, so they go to the page that shows the row's content."""
+    external = safe_link(url)
+    if external or not source_public_id:
+        return external
+    from django.urls import reverse
+
+    anchor = f"#L{start_line}" if start_line else ""
+    return f"{reverse('search:document', args=[source_public_id])}?id={quote(external_id, safe='')}{anchor}"
 
 
 @dataclass
@@ -88,14 +96,15 @@ class Hit:
     updated_at: datetime | None
     parent_id: int | None
     external_id: str
+    source_public_id: str = ""
     score: float = 0.0
     ranks: dict[str, int] = field(default_factory=dict)
     similarity: float | None = None  # cosine similarity from the dense ranker, when it ranked the row
 
     @property
     def link(self) -> str:
-        """The url when safe to render as a link, else ``""`` (see :func:`safe_link`)."""
-        return safe_link(self.url)
+        """Where a click goes: the original http(s) url, else the portal's document page."""
+        return portal_link(self.url, self.source_public_id, self.external_id, self.start_line)
 
     @property
     def group_key(self) -> str:
@@ -300,9 +309,10 @@ def _load_hits(ids: Iterable[int]) -> dict[int, Hit]:
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            SELECT id, source_id, kind, title, url, path, start_line, end_line, content, text, metadata,
-                   updated_at, parent_id, external_id
-            FROM sources_document WHERE id = ANY(%s)
+            SELECT d.id, d.source_id, d.kind, d.title, d.url, d.path, d.start_line, d.end_line, d.content, d.text,
+                   d.metadata, d.updated_at, d.parent_id, d.external_id, s.public_id
+            FROM sources_document d JOIN sources_datasource s ON s.id = d.source_id
+            WHERE d.id = ANY(%s)
             """,
             [ids],
         )
@@ -324,6 +334,7 @@ def _load_hits(ids: Iterable[int]) -> dict[int, Hit]:
                 updated_at=r[11],
                 parent_id=r[12],
                 external_id=r[13],
+                source_public_id=str(r[14]),
             )
         return out
 

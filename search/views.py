@@ -11,9 +11,9 @@ from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
 from projects.selectors import ScopeNotFound, project_list_for_user
-from search.retrieval import EmptyQuery, hybrid_search
+from search.retrieval import EmptyQuery, hybrid_search, safe_link
 from search.services import ask
-from sources.selectors import scope_for_user
+from sources.selectors import DocumentNotFound, document_get_for_user, scope_for_user
 
 _SLUG = re.compile(r"[-a-zA-Z0-9_]{1,80}")
 
@@ -67,3 +67,24 @@ def search_page(request: HttpRequest) -> HttpResponse:
         except EmptyQuery as exc:
             context["error"] = str(exc)
     return render(request, "search/search.html", context)
+
+
+@login_required
+def document_page(request: HttpRequest, source_public_id) -> HttpResponse:
+    """One indexed row: its content (numbered lines for code), where it came from, its link."""
+    try:
+        document, source = document_get_for_user(
+            request.user, source_public_id=str(source_public_id), external_id=request.GET.get("id", "")
+        )
+    except DocumentNotFound:
+        return render(request, "search/not_found.html", {"message": "no such document"}, status=404)
+    first = document.start_line or 1
+    lines = [(first + i, line) for i, line in enumerate(document.content.splitlines())]
+    context = {
+        "document": document,
+        "source": source,
+        "lines": lines,
+        "numbered": document.start_line is not None,
+        "external_link": safe_link(document.url),
+    }
+    return render(request, "search/document.html", context)

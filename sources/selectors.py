@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from kbportal.tenancy import tenant_context
 from projects.models import Profile, Project, Tenant
 from projects.selectors import ScopeNotFound, user_tenant_id
-from sources.models import DataSource, ProjectSource
+from sources.models import DataSource, Document, ProjectSource
 
 
 class SourceNotFound(LookupError):
@@ -135,3 +135,27 @@ def scope_for_operator(*, tenant_slug: str | None = None, project_slug: str | No
         project_name=project.name,
         allowed_source_ids=source_ids,
     )
+
+
+class DocumentNotFound(LookupError):
+    """No such document, or the user may not read it (-> 404)."""
+
+
+def document_get_for_user(user, *, source_public_id: str, external_id: str) -> tuple[Document, DataSource]:
+    """The document and its source, if ``user`` may read it; else ``DocumentNotFound``.
+
+    Readable means: in the user's tenant (row-level security), in a source attached to one of
+    the tenant's projects, and its principals empty or naming the user.
+    """
+    tenant_id = user_tenant_id(user)
+    if tenant_id is None:
+        raise DocumentNotFound("no such document")
+    principals = set(user_principals(user))
+    with tenant_context(tenant_id, user_id=user.pk):
+        source = DataSource.objects.filter(public_id=source_public_id).first()
+        if source is None or not ProjectSource.objects.filter(source=source).exists():
+            raise DocumentNotFound("no such document")
+        document = Document.objects.filter(source=source, external_id=external_id).first()
+        if document is None or (document.principals and not principals.intersection(document.principals)):
+            raise DocumentNotFound("no such document")
+    return document, source

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from search.retrieval import Hit, safe_link
+from search.retrieval import Hit, portal_link
 
 SNIPPET_CHARS = 1200
 RELEVANT_SIMILARITY = 0.35
@@ -33,6 +33,8 @@ class Evidence:
     end_line: int | None = None
     updated_at: datetime | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    source_public_id: str = ""
+    external_id: str = ""
     lexical_rank: int | None = None  # rank in the full-text list, None when it did not match
     similarity: float | None = None  # cosine similarity to the question, when dense-ranked
 
@@ -43,8 +45,8 @@ class Evidence:
 
     @property
     def link(self) -> str:
-        """The url when safe to render as a link, else ``""``."""
-        return safe_link(self.url)
+        """Where a click goes: the original http(s) url, else the portal's document page."""
+        return portal_link(self.url, self.source_public_id, self.external_id, self.start_line)
 
     @property
     def location(self) -> str:
@@ -56,6 +58,7 @@ class Evidence:
         data = asdict(self)
         data["updated_at"] = self.updated_at.isoformat() if self.updated_at else None
         data["location"] = self.location
+        data["link"] = self.link
         return data
 
 
@@ -76,6 +79,8 @@ def evidence_from_hit(hit: Hit, *, tool: str) -> Evidence:
         end_line=hit.end_line,
         updated_at=hit.updated_at,
         metadata={k: v for k, v in hit.metadata.items() if k in _KEPT_METADATA},
+        source_public_id=hit.source_public_id,
+        external_id=hit.external_id,
         lexical_rank=hit.ranks.get("lexical", hit.ranks.get("lexical:file")),
         similarity=hit.similarity,
     )

@@ -125,3 +125,35 @@ def test_admin_refuses_an_invalid_source_config_with_the_field_named(client, kb)
     assert response.status_code == 200
     html = response.content.decode()
     assert "invalid config for a &#x27;docs&#x27; data source" in html and "path: Field required" in html
+
+
+@pytest.mark.django_db
+def test_relative_links_open_the_document_page_with_line_numbers(client, kb):
+    client.force_login(kb.acme.admin)
+    html = client.get(reverse("search:search"), {"q": "compute_backoff"}).content.decode()
+    import re
+
+    link = re.search(r'href="(/documents/[0-9a-f-]+/\?id=billing%2Fretry.py%23compute_backoff#L10)"', html)
+    assert link, "code hits link to the portal's document page, anchored at the first line"
+    page = client.get(link.group(1).split("#")[0])
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert '<span id="L10">' in body and '<span id="L12">' in body
+    assert "def compute_backoff(attempt: int) -&gt; float:" in body
+
+
+@pytest.mark.django_db
+def test_document_page_is_404_for_outsiders_and_for_restricted_rows(client, kb):
+    from kbportal.tenancy import tenant_context
+    from sources.models import DataSource
+
+    with tenant_context(kb.acme.tenant.pk):
+        public_id = DataSource.objects.get(pk=kb.acme_source_id).public_id
+    url = reverse("search:document", args=[public_id])
+    client.force_login(kb.globex.admin)
+    assert client.get(url, {"id": "runbook#deploy"}).status_code == 404
+    client.force_login(kb.acme_member)
+    assert client.get(url, {"id": "runbook#deploy"}).status_code == 200
+    assert client.get(url, {"id": "hr#salaries"}).status_code == 404
+    client.force_login(kb.acme.admin)
+    assert client.get(url, {"id": "hr#salaries"}).status_code == 200
