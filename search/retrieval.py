@@ -13,6 +13,7 @@ page or thread are kept.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections import defaultdict
@@ -318,7 +319,8 @@ def _load_hits(ids: Iterable[int]) -> dict[int, Hit]:
         )
         out = {}
         for r in cursor.fetchall():
-            metadata = r[10] if isinstance(r[10], dict) else {}
+            # Django registers jsonb to load as text (JSONField decodes it); a raw cursor must too.
+            metadata = json.loads(r[10]) if isinstance(r[10], str) else (r[10] or {})
             out[r[0]] = Hit(
                 document_id=r[0],
                 source_id=r[1],

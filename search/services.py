@@ -29,9 +29,9 @@ class AskResult:
 
     @property
     def sources(self) -> list[Evidence]:
-        """Exactly the cited evidence blocks, in citation order (all blocks when none is cited)."""
-        by_n = {e.n: e for e in self.evidence}
-        return [by_n[n] for n in self.answer.cited if n in by_n]
+        """Exactly the cited evidence blocks, by number."""
+        cited = set(self.answer.cited)
+        return [e for e in self.evidence if e.n in cited]
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -78,46 +78,44 @@ def _sentences(evidence: Evidence) -> list[str]:
     return [re.sub(r"\s+", " ", p).strip() for p in parts if 30 <= len(p.strip()) <= 400]
 
 
-def extractive_answer(question: str, evidence: list[Evidence], *, relevant: bool = True) -> Answer:
-    """Quote the sentences that share the most terms with the question, each with its ``[n]``.
+EXTRACTIVE_BLOCKS = 3
 
-    Picks at most three sentences from distinct evidence blocks (ties go to the better-ranked
-    block); code evidence is described by symbol and location instead. Says plainly when there
-    is no evidence or none of it shares a term with the question.
+
+def _best_sentence(question_terms: set[str], ev: Evidence) -> str:
+    """The block's sentence sharing most terms with the question (ties: the earlier one)."""
+    best, best_overlap = "", 0
+    for sentence in _sentences(ev):
+        overlap = len(question_terms & _terms(sentence))
+        if overlap > best_overlap:
+            best, best_overlap = sentence, overlap
+    return best
+
+
+def _describe(question_terms: set[str], ev: Evidence) -> str:
+    if ev.kind in {"code_chunk", "code_file"}:
+        symbol = ev.metadata.get("symbol")
+        return f"`{symbol}` in {ev.location}" if symbol else f"{ev.title} ({ev.location})"
+    if ev.kind in {"commit", "pr"}:
+        return f"{ev.title} ({ev.location or ev.url})"
+    sentence = _best_sentence(question_terms, ev)
+    return f"{ev.title}: {sentence}" if sentence else ev.title
+
+
+def extractive_answer(question: str, evidence: list[Evidence], *, relevant: bool = True) -> Answer:
+    """Point at the best evidence: up to three relevant blocks in retrieval order, each with
+    its most question-like sentence (code: symbol and location), each cited ``[n]``.
+
+    Retrieval already ranked the blocks (RRF, reranking), so the order is kept. Says plainly
+    when there is no evidence or none of it is relevant.
     """
-    q = _terms(question)
     if not evidence or not relevant:
         return Answer(text=NOT_FOUND, cited=[], synthesizer="extractive", answered=False)
-    scored: list[tuple[float, int, str]] = []
-    for ev in evidence:
-        rank_bonus = 1.0 / (ev.n + 1)
-        if ev.kind in {"code_chunk", "code_file"}:
-            overlap = len(q & _terms(ev.title + " " + ev.text[:400]))
-            where = ev.location
-            line = f"`{ev.metadata.get('symbol') or ev.title}` in {where}"
-            scored.append((overlap + rank_bonus, ev.n, line))
-            continue
-        for sentence in _sentences(ev):
-            overlap = len(q & _terms(sentence))
-            if overlap:
-                scored.append((overlap + rank_bonus, ev.n, sentence))
-        if ev.kind in {"commit", "pr"}:
-            scored.append((len(q & _terms(ev.title)) + rank_bonus, ev.n, f"{ev.title} ({ev.location})"))
-    scored = [s for s in scored if s[0] >= 1.0]
-    if not scored:
+    q = _terms(question)
+    picked = [ev for ev in evidence if ev.is_relevant][:EXTRACTIVE_BLOCKS]
+    if not picked:
         return Answer(text=NOT_FOUND, cited=[], synthesizer="extractive", answered=False)
-    scored.sort(key=lambda s: (-s[0], s[1]))
-    picked: list[tuple[int, str]] = []
-    used: set[int] = set()
-    for _, n, sentence in scored:
-        if n in used:
-            continue
-        used.add(n)
-        picked.append((n, sentence))
-        if len(picked) == 3:
-            break
-    lines = ["From the best-matching sources:"] + [f"- {s} [{n}]" for n, s in picked]
-    return Answer(text="\n".join(lines), cited=[n for n, _ in picked], synthesizer="extractive", answered=True)
+    lines = ["From the best-matching sources:"] + [f"- {_describe(q, ev)} [{ev.n}]" for ev in picked]
+    return Answer(text="\n".join(lines), cited=[ev.n for ev in picked], synthesizer="extractive", answered=True)
 
 
 SYSTEM_PROMPT = (

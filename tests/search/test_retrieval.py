@@ -52,6 +52,7 @@ def test_identifier_parts_find_code(kb):
     hits = hybrid_search("compute_backoff", scope).hits
     assert hits[0].external_id == "billing/retry.py#compute_backoff"
     assert hits[0].url == "billing/retry.py#L10-L24"
+    assert hits[0].metadata == {"symbol": "compute_backoff", "language": "python"}
 
 
 @pytest.mark.django_db

@@ -30,9 +30,10 @@ from sources.selectors import scope_for_user
 from sources.services import ingestion_run_create, source_create, source_update_config
 
 SAMPLE_QUESTIONS = [
-    "How do I run code after the response is sent, like closing a database session in a dependency?",
+    "Which function turns a request validation error into the 422 JSON response?",
     "How does kbportal keep one tenant from seeing another tenant's documents?",
 ]
+PROGRESS_EVERY_SECONDS = 15
 RUN_TIMEOUT_SECONDS = 1800
 
 
@@ -62,6 +63,8 @@ class Command(BaseCommand):
         sources = [self._ensure_source(tenant_id, project_id, spec) for spec in specs]
 
         procs = self._start_services(port, no_serve)
+        if not no_serve:
+            self.stdout.write(f"web: http://127.0.0.1:{port}/  login: admin / {password}  (usable while ingesting)")
         try:
             from sources.tasks import ingest_source
 
@@ -86,7 +89,7 @@ class Command(BaseCommand):
                     f"\nkbportal demo ready in {time.perf_counter() - t_start:.0f}s\n"
                     f"  web:   http://127.0.0.1:{port}/   (admin: http://127.0.0.1:{port}/admin/)\n"
                     f"  login: admin / {password}\n"
-                    f'  ask:   .venv/bin/python manage.py ask "your question"'
+                    f'  ask:   .venv/bin/python manage.py ask --project everything "your question"'
                 )
             )
             if no_serve:
@@ -112,7 +115,7 @@ class Command(BaseCommand):
         base = Path(settings.BASE_DIR)
         specs = [
             {"slug": "fastapi", "name": "FastAPI 0.141.1 source", "kind": "git",
-             "config": {"path": str(fastapi_source_checkout())}},
+             "config": {"path": str(fastapi_source_checkout())}, "include": ["fastapi/*"]},
             {"slug": "kbportal-repo", "name": "kbportal repository (code and history)", "kind": "git",
              "config": {"path": str(base)}},
             {"slug": "kbportal-docs", "name": "kbportal docs", "kind": "docs",
@@ -137,7 +140,7 @@ class Command(BaseCommand):
         if source is None:
             return source_create(
                 tenant_id=tenant_id, kind=spec["kind"], name=spec["name"], slug=spec["slug"],
-                config=spec["config"], project_ids=[project_id],
+                config=spec["config"], include=spec.get("include"), project_ids=[project_id],
             )  # fmt: skip
         if source.config != spec["config"]:
             source_update_config(tenant_id=tenant_id, source_id=source.pk, config=spec["config"])
@@ -152,20 +155,37 @@ class Command(BaseCommand):
         worker_cmd = [python, "-m", "celery", "-A", "kbportal", "worker", "-Q", "ingest,default",
                       "--pool", "solo", "--loglevel", "INFO"]  # fmt: skip
         procs["celery worker"] = subprocess.Popen(
-            worker_cmd, cwd=base, stdout=open(log_dir / "worker.log", "a"), stderr=subprocess.STDOUT
+            worker_cmd,
+            cwd=base,
+            stdout=open(log_dir / "worker.log", "a"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches the demo, which then stops its children
         )
         if not no_serve:
             web_cmd = [python, "manage.py", "runserver", "--noreload", "--insecure", f"127.0.0.1:{port}"]
             procs["web server"] = subprocess.Popen(
-                web_cmd, cwd=base, stdout=open(log_dir / "web.log", "a"), stderr=subprocess.STDOUT
+                web_cmd,
+                cwd=base,
+                stdout=open(log_dir / "web.log", "a"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         self.stdout.write(f"started {', '.join(procs)} (logs in {log_dir})")
         return procs
 
     def _wait_for_runs(self, tenant_id: int, pending: list, procs: dict) -> None:
         deadline = time.monotonic() + RUN_TIMEOUT_SECONDS
+        next_progress = time.monotonic() + PROGRESS_EVERY_SECONDS
         reported: set[int] = set()
         while len(reported) < len(pending):
+            if time.monotonic() >= next_progress:
+                next_progress = time.monotonic() + PROGRESS_EVERY_SECONDS
+                with tenant_context(tenant_id):
+                    running = IngestionRun.objects.filter(
+                        pk__in=[r for _, r in pending if r not in reported]
+                    ).select_related("source")
+                    line = ", ".join(f"{run.source.name}: {run.status} {run.seen} rows" for run in running)
+                self.stdout.write(f"  ... {line}")
             if time.monotonic() > deadline:
                 raise CommandError("ingestion did not finish in time; see var/log/worker.log")
             worker = procs["celery worker"]

@@ -1,0 +1,31 @@
+"""``manage.py dbserver status|stop``: the embedded PostgreSQL server in ``.pgdata/``.
+
+Any ``manage.py`` command (and the web server and worker) starts it when needed; it keeps
+running afterwards so they all share it. ``stop`` shuts it down (fast mode).
+"""
+
+import os
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from kbportal.db import stop_embedded_database
+
+
+class Command(BaseCommand):
+    help = "Show or stop the embedded PostgreSQL server (not used when DATABASE_URL is set)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("action", choices=["status", "stop"])
+
+    def handle(self, *args, action, **options):
+        if os.environ.get("DATABASE_URL"):
+            raise CommandError("DATABASE_URL is set: the database is external, not embedded")
+        pgdata = Path(os.environ.get("KB_PGDATA", Path(settings.BASE_DIR) / ".pgdata")).resolve()
+        if action == "status":
+            db = settings.DATABASES["default"]
+            self.stdout.write(f"embedded PostgreSQL: data {pgdata}, socket {db['HOST']}, port {db['PORT']}")
+            return
+        stopped = stop_embedded_database(pgdata)
+        self.stdout.write("stopped" if stopped else "was not running")
