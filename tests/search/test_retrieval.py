@@ -109,3 +109,15 @@ def test_symbol_ranker_puts_the_named_definition_first(kb):
     result = hybrid_search("what does compute_backoff return for attempt 3", scope)
     assert result.hits[0].external_id == "billing/retry.py#compute_backoff"
     assert result.hits[0].ranks["symbol"] == 1
+
+
+def test_recency_ranks_share_ties_and_skip_undated():
+    from datetime import UTC, datetime
+
+    from search.retrieval import recency_ranks
+
+    hits = [_hit(i, "doc_section", f"{i}.md", 0.0) for i in range(1, 5)]
+    hits[0].updated_at = datetime(2024, 1, 1, tzinfo=UTC)
+    hits[1].updated_at = datetime(2025, 1, 1, tzinfo=UTC)
+    hits[2].updated_at = datetime(2025, 1, 1, tzinfo=UTC)
+    assert recency_ranks(hits) == {2: 1, 3: 1, 1: 2}

@@ -1,4 +1,4 @@
-"""``manage.py kb_eval --set fastapi|erb [--questions FILE] [--json] [--rankers lexical,dense]``.
+"""``manage.py kb_eval --set fastapi|erb [--questions FILE] [--json] [--rankers lexical,dense,symbol,recency]``.
 
 Indexes the set's corpus into a dedicated evaluation tenant (``eval-<set>``) first; re-runs are
 idempotent and re-embed nothing unless the corpus changed. Then reports recall@1/3/10, MRR and
@@ -16,6 +16,7 @@ from kbportal.tenancy import tenant_context
 from projects.models import Project, Tenant
 from projects.services import project_create
 from search.evaluation import EvalInputError, evaluate, fastapi_source_checkout, load_questions
+from search.retrieval import ALL_RANKERS, OPTIONAL_RANKERS
 from sources.models import DataSource
 from sources.selectors import scope_for_operator
 from sources.services import source_create, source_ingest, source_update_config
@@ -73,7 +74,9 @@ class Command(BaseCommand):
         parser.add_argument("--set", dest="set_name", required=True, choices=["fastapi", "erb"])
         parser.add_argument("--questions", help="questions JSONL (default: the set's shared questions file)")
         parser.add_argument("--json", action="store_true")
-        parser.add_argument("--rankers", help="comma-separated subset of: lexical,dense")
+        parser.add_argument(
+            "--rankers", help="comma-separated rankers (default lexical,dense,symbol; recency is opt-in)"
+        )
         parser.add_argument("--skip-index", action="store_true", help="use the index as it is")
 
     def handle(self, *args, set_name, questions=None, json=False, rankers=None, skip_index=False, **options):
@@ -86,7 +89,10 @@ class Command(BaseCommand):
         if not skip_index:
             self._index(tenant_slug, set_name)
         scope = scope_for_operator(tenant_slug=tenant_slug, project_slug=set_name)
-        ranker_list = [r.strip() for r in rankers.split(",")] if rankers else None
+        ranker_list = [r.strip() for r in rankers.split(",") if r.strip()] if rankers else None
+        known = set(ALL_RANKERS) | set(OPTIONAL_RANKERS)
+        if ranker_list is not None and (not ranker_list or set(ranker_list) - known):
+            raise CommandError(f"--rankers {rankers!r}: choose from {', '.join(sorted(known))}")
         report = evaluate(qs, scope, rankers=ranker_list)
         report["set"] = set_name
         report["questions_file"] = str(qpath)
