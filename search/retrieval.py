@@ -104,6 +104,7 @@ class Hit:
     score: float = 0.0
     ranks: dict[str, int] = field(default_factory=dict)
     similarity: float | None = None  # cosine similarity from the dense ranker, when it ranked the row
+    context: str = ""  # neighbouring context (adjacent sections, enclosing signature, parent thread)
 
     @property
     def link(self) -> str:
@@ -390,6 +391,57 @@ def merge_and_cap(hits: list[Hit], *, per_group: int = 3) -> list[Hit]:
     return out
 
 
+CONTEXT_CHARS = 400
+
+
+def expand_context(hits: list[Hit]) -> None:
+    """Attach neighbouring context to each hit's ``context`` (a separate block, never merged
+    into the hit's own text): the previous and next sections of a doc section, the enclosing
+    class signature of a method chunk, the parent thread of a burst. One query for all hits;
+    runs inside the caller's tenant context, so it reads only what row-level security allows.
+    """
+    wanted: dict[int, list[tuple[str, str]]] = {}
+    lookups: list[tuple[int, str]] = []  # (source_id, external_id) to fetch
+    for hit in hits:
+        parts: list[tuple[str, str]] = []
+        if hit.kind == "code_chunk" and hit.metadata.get("enclosing_signature"):
+            parts.append(("enclosing", str(hit.metadata["enclosing_signature"])))
+        for key, label in (("prev_section", "previous section"), ("next_section", "next section")):
+            ref = hit.metadata.get(key)
+            if ref:
+                parts.append((label, f"@{ref}"))
+                lookups.append((hit.source_id, str(ref)))
+        if hit.kind == "burst" and hit.parent_id:
+            parts.append(("thread", f"#{hit.parent_id}"))
+        wanted[hit.document_id] = parts
+    texts: dict[str, str] = {}
+    parent_ids = [int(v[1:]) for parts in wanted.values() for _, v in parts if v.startswith("#")]
+    if lookups or parent_ids:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                SELECT d.source_id, d.external_id, d.id, d.title, left(d.content, %s) FROM sources_document d
+                WHERE (d.source_id, d.external_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[]))
+                   OR d.id = ANY(%s)
+                """,
+                [CONTEXT_CHARS, [s for s, _ in lookups] or [0], [e for _, e in lookups] or [""], parent_ids],
+            )
+            for source_id, external_id, doc_id, title, content in cursor.fetchall():
+                block = f"{title}: {' '.join(content.split())}"
+                texts[f"@{source_id}:{external_id}"] = block
+                texts[f"#{doc_id}"] = block
+    for hit in hits:
+        lines = []
+        for label, value in wanted.get(hit.document_id, []):
+            if value.startswith("@"):
+                value = texts.get(f"@{hit.source_id}:{value[1:]}", "")
+            elif value.startswith("#"):
+                value = texts.get(value, "")
+            if value:
+                lines.append(f"{label}: {value}")
+        hit.context = "\n".join(lines)
+
+
 def hybrid_search(
     query: str,
     scope: QueryScope,
@@ -398,6 +450,7 @@ def hybrid_search(
     kinds: Sequence[str] | None = None,
     rankers: Sequence[str] = ALL_RANKERS,
     per_group: int = 3,
+    expand: bool = True,
 ) -> SearchResult:
     """Search the scope's rows: lexical + dense rankings, RRF-fused, merged, capped per file.
 
@@ -464,6 +517,11 @@ def hybrid_search(
         hits.append(hit)
     hits.sort(key=lambda h: (-h.score, h.document_id))
     hits = merge_and_cap(hits, per_group=per_group)[:limit]
+    if expand:
+        t0 = time.perf_counter()
+        with tenant_context(scope.tenant_id, user_id=scope.user_id):
+            expand_context(hits)
+        timings["context"] = (time.perf_counter() - t0) * 1000
     return SearchResult(
         hits=hits, timings_ms=timings, rankers=tuple(rankers), lexical_matches=len(rankings.get("lexical", []))
     )

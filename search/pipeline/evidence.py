@@ -35,6 +35,7 @@ class Evidence:
     metadata: dict[str, Any] = field(default_factory=dict)
     source_public_id: str = ""
     external_id: str = ""
+    context: str = ""  # neighbouring context, shown apart from the block's own text
     lexical_rank: int | None = None  # rank in the full-text list, None when it did not match
     similarity: float | None = None  # cosine similarity to the question, when dense-ranked
 
@@ -80,6 +81,7 @@ def evidence_from_hit(hit: Hit, *, tool: str) -> Evidence:
         updated_at=hit.updated_at,
         metadata={k: v for k, v in hit.metadata.items() if k in _KEPT_METADATA},
         source_public_id=hit.source_public_id,
+        context=hit.context,
         external_id=hit.external_id,
         lexical_rank=hit.ranks.get("lexical", hit.ranks.get("lexical:file")),
         similarity=hit.similarity,

@@ -135,7 +135,8 @@ def _evidence_prompt(question: str, evidence: list[Evidence]) -> str:
     blocks = []
     for ev in evidence[:LLM_EVIDENCE_BLOCKS]:
         when = f" ({ev.updated_at.date().isoformat()})" if ev.updated_at else ""
-        blocks.append(f"[{ev.n}] {ev.title} — {ev.location}{when}\n{ev.text[:LLM_BLOCK_CHARS]}")
+        context = f"\n(context: {ev.context[:300]})" if ev.context else ""
+        blocks.append(f"[{ev.n}] {ev.title} — {ev.location}{when}\n{ev.text[:LLM_BLOCK_CHARS]}{context}")
     return "Evidence:\n\n" + "\n\n".join(blocks) + f"\n\nQuestion: {question}\nAnswer with citations:"
 
 

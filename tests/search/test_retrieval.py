@@ -121,3 +121,34 @@ def test_recency_ranks_share_ties_and_skip_undated():
     hits[1].updated_at = datetime(2025, 1, 1, tzinfo=UTC)
     hits[2].updated_at = datetime(2025, 1, 1, tzinfo=UTC)
     assert recency_ranks(hits) == {2: 1, 3: 1, 1: 2}
+
+
+@pytest.mark.django_db
+def test_context_expansion_adds_neighbours_and_enclosing_signature(make_tenant, settings):
+    from sources.services import source_create, source_ingest
+
+    settings.KB_CUSTOM_CONNECTORS = {"test_rows": "tests.search.rows_connector.RowsConnector"}
+    t = make_tenant("ctx")
+    rows = [
+        {"external_id": "guide#intro", "kind": "doc_section", "title": "Guide > Intro", "path": "guide.md",
+         "content": "Welcome to the pelican guide.", "metadata": {"next_section": "guide#setup"}},
+        {"external_id": "guide#setup", "kind": "doc_section", "title": "Guide > Setup", "path": "guide.md",
+         "content": "Install the pelican toolkit with pip.",
+         "metadata": {"prev_section": "guide#intro", "next_section": "guide#usage"}},
+        {"external_id": "guide#usage", "kind": "doc_section", "title": "Guide > Usage", "path": "guide.md",
+         "content": "Run pelican serve to preview."},
+        {"external_id": "app.py#Server.start", "kind": "code_chunk", "title": "app.py: Server.start",
+         "path": "app.py", "start_line": 5, "end_line": 9, "content": "def start(self): bind the walrus socket",
+         "metadata": {"symbol": "Server.start", "enclosing_signature": "class Server(BaseServer):"}},
+    ]  # fmt: skip
+    source = source_create(
+        tenant_id=t.tenant.pk, kind="test_rows", name="Ctx", config={"rows": rows}, project_ids=[t.project.pk]
+    )
+    assert source_ingest(tenant_id=t.tenant.pk, source_id=source.pk).status == "succeeded"
+    hits = {h.external_id: h for h in hybrid_search("install the pelican toolkit", scope_for_user(t.admin)).hits}
+    assert hits["guide#setup"].context == (
+        "previous section: Guide > Intro: Welcome to the pelican guide.\n"
+        "next section: Guide > Usage: Run pelican serve to preview."
+    )
+    hits = {h.external_id: h for h in hybrid_search("walrus socket", scope_for_user(t.admin)).hits}
+    assert hits["app.py#Server.start"].context == "enclosing: class Server(BaseServer):"
