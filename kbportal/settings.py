@@ -137,7 +137,7 @@ REST_FRAMEWORK = {
 }
 
 # Celery: Redis when configured, else kombu's filesystem transport (no server to run).
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://localhost//")
 _celery_dir = VAR_DIR / "celery"
 if CELERY_BROKER_URL.startswith("filesystem://"):
     for _sub in ("in", "processed", "control"):

@@ -117,3 +117,18 @@ def test_a_row_postgresql_refuses_is_recorded_and_the_rest_of_its_batch_kept(ten
     assert run.skipped_items[0]["reason"].startswith("could not be stored: value too long for type character varying")
     assert set(_docs(tenant)) == {"good", "also"}
     assert (run.created, run.embedded) == (2, 3)
+
+
+def test_task_for_a_deleted_or_foreign_source_is_a_no_op(tenant, make_tenant):
+    source = _source(
+        tenant,
+        _rows(
+            ("a", "alpha"),
+        ),
+    )
+    other = make_tenant("ingest-other")
+    # Another tenant's id for this source: row-level security makes it "gone", never ingested.
+    assert ingest_source.apply(args=[other.tenant.pk, source.pk]).get()["status"] == "gone"
+    with tenant_context(tenant.tenant.pk):
+        source.delete()
+    assert ingest_source.apply(args=[tenant.tenant.pk, source.pk]).get()["status"] == "gone"
