@@ -14,6 +14,7 @@ page or thread are kept.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections import defaultdict
@@ -35,9 +36,10 @@ CANDIDATES_PER_RANKER = 50
 FILE_KINDS = {"code_file", "doc_page"}
 CHUNK_KINDS = {"code_chunk", "doc_section"}
 ALL_RANKERS = ("lexical", "dense", "symbol")
-# Opt-in (``rankers=(..., "recency")``): as an RRF list, even at weight 0.1, it lowered MRR on
-# both evaluation sets (ERB 0.902 -> 0.861, FastAPI unchanged), so it is not on by default.
-OPTIONAL_RANKERS = ("recency",)
+# Opt-in (``rankers=(..., "rare", "recency")``), measured on both evaluation sets: the rare-term
+# IDF list lowered MRR (FastAPI 0.731 -> 0.708, ERB 0.936 -> 0.911) while raising recall@3;
+# recency as an RRF list, even at weight 0.1, lowered ERB MRR 0.902 -> 0.861. Not on by default.
+OPTIONAL_RANKERS = ("rare", "recency")
 
 
 MAX_QUERY_CHARS = 2000
@@ -151,26 +153,100 @@ def scope_where_sql(scope: QueryScope, kinds: Sequence[str] | None) -> tuple[str
     return " AND ".join(where), params
 
 
-def lexical_ranking(
-    query: str, scope: QueryScope, *, kinds: Sequence[str] | None = None, limit: int = CANDIDATES_PER_RANKER
-) -> list[int]:
-    """Document ids ranked by full-text match (``websearch_to_tsquery`` syntax, terms OR-ed).
+COMMON_DF_RATIO = 0.25  # a lexeme in more than a quarter of the scope's rows is dropped from the OR query
+KEEP_RAREST = 3  # ... unless every lexeme is that common: then the rarest few are kept
+RARE_IDF = 4.0  # the design's rare-token threshold: ln(N / df) >= 4.0
+MAX_RARE_TERMS = 8
 
-    Quoted phrases stay phrases (``<->``); ``-term`` excludes rows holding the term; the other
-    terms are OR-ed so a long natural-language question still matches, and the question's
-    identifiers also match their joined/split forms (``sources.text.identifier_terms``).
-    Ranked by ``ts_rank_cd`` with length normalisation 1 (divide by 1 + log(length)) so a huge
-    page does not win everything.
+
+@dataclass
+class QueryTerms:
+    """The question's full-text terms with their document frequencies in the scope.
+
+    ``df`` maps each lexeme (English-stemmed words and 'simple' identifier forms) to the number
+    of rows in the scope's sources holding it; ``n_rows`` is the rows in those sources.
     """
+
+    lexemes: list[str]
+    df: dict[str, int]
+    n_rows: int
+    phrases: str  # quoted phrases, websearch syntax
+    negative: str
+
+    def idf(self, lexeme: str) -> float:
+        """ln(N / df) (Spärck Jones, 1972); 0 for a lexeme no row holds."""
+        df = self.df.get(lexeme, 0)
+        return math.log(self.n_rows / df) if df and self.n_rows else 0.0
+
+    def kept(self) -> list[str]:
+        """Lexemes for the OR query: present in the scope and not near-ubiquitous."""
+        present = [lx for lx in self.lexemes if self.df.get(lx)]
+        if not self.n_rows:
+            return self.lexemes
+        kept = [lx for lx in present if self.df[lx] / self.n_rows <= COMMON_DF_RATIO]
+        return kept or sorted(present, key=lambda lx: self.df[lx])[:KEEP_RAREST]
+
+    def rare(self) -> list[tuple[str, float]]:
+        """``(lexeme, idf)`` with idf >= ``RARE_IDF``, rarest first, at most ``MAX_RARE_TERMS``."""
+        rare = [(lx, self.idf(lx)) for lx in self.lexemes if self.df.get(lx) and self.idf(lx) >= RARE_IDF]
+        return sorted(rare, key=lambda item: -item[1])[:MAX_RARE_TERMS]
+
+
+def _tsquery_literal(lexemes: Iterable[str]) -> str:
+    quoted = ["'" + lx.replace("\\", "\\\\").replace("'", "''") + "'" for lx in lexemes]
+    return " | ".join(quoted)
+
+
+def query_terms(query: str, scope: QueryScope) -> QueryTerms:
+    """Parse the question and look up its lexemes' document frequencies (one query)."""
     positive, negative = _split_query(query)
+    phrases = " ".join(t for t in _QUERY_TOKEN.findall(positive) if t.startswith('"'))
+    plain = " ".join(t for t in _QUERY_TOKEN.findall(positive) if not t.startswith('"'))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH lx AS (
+                SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english', %(plain)s))) AS lexeme
+                UNION
+                SELECT unnest(tsvector_to_array(to_tsvector('simple', %(terms)s)))
+            )
+            SELECT lx.lexeme, coalesce(sum(t.ndoc), 0)::bigint
+            FROM lx LEFT JOIN sources_termstat t ON t.lexeme = lx.lexeme AND t.source_id = ANY(%(sources)s)
+            GROUP BY lx.lexeme
+            """,
+            {"plain": plain, "terms": identifier_terms(plain), "sources": list(scope.allowed_source_ids)},
+        )
+        df = {lexeme: int(n) for lexeme, n in cursor.fetchall()}
+        cursor.execute(
+            "SELECT coalesce(sum(indexed_rows), 0) FROM sources_datasource WHERE id = ANY(%s)",
+            [list(scope.allowed_source_ids)],
+        )
+        n_rows = int(cursor.fetchone()[0])
+    return QueryTerms(lexemes=sorted(df), df=df, n_rows=n_rows, phrases=phrases, negative=negative)
+
+
+def lexical_ranking(
+    query: str,
+    scope: QueryScope,
+    *,
+    kinds: Sequence[str] | None = None,
+    limit: int = CANDIDATES_PER_RANKER,
+    terms: QueryTerms | None = None,
+) -> list[int]:
+    """Document ids ranked by full-text match: the question's terms OR-ed, quoted phrases kept
+    as phrases, ``-term`` excluded, identifier forms included (``sources.text``).
+
+    Terms held by more than ``COMMON_DF_RATIO`` of the scope's rows are dropped (they match
+    nearly everything and cost the most to rank). Ranked by ``ts_rank_cd`` with length
+    normalisation 1 (divide by 1 + log(length)) so a huge page does not win everything.
+    """
+    terms = terms or query_terms(query, scope)
     where, params = scope_where_sql(scope, kinds)
-    params.update(pos=positive, neg=negative, terms=identifier_terms(positive), limit=limit)
+    params.update(pos=_tsquery_literal(terms.kept()), phrases=terms.phrases, neg=terms.negative, limit=limit)
     sql = f"""
         WITH parts AS (
-            SELECT
-                regexp_replace(websearch_to_tsquery('english', %(pos)s)::text, ' & ', ' | ', 'g')::tsquery
-                || replace(plainto_tsquery('simple', %(terms)s)::text, ' & ', ' | ')::tsquery AS pos,
-                replace(websearch_to_tsquery('english', %(neg)s)::text, ' & ', ' | ')::tsquery AS neg
+            SELECT %(pos)s::tsquery || websearch_to_tsquery('english', %(phrases)s) AS pos,
+                   replace(websearch_to_tsquery('english', %(neg)s)::text, ' & ', ' | ')::tsquery AS neg
         ), q AS (
             SELECT CASE WHEN numnode(neg) > 0 AND numnode(pos) > 0 THEN pos && !!neg ELSE pos END AS query
             FROM parts
@@ -178,6 +254,39 @@ def lexical_ranking(
         SELECT d.id FROM sources_document d, q
         WHERE numnode(q.query) > 0 AND d.search_vector @@ q.query AND {where}
         ORDER BY ts_rank_cd(d.search_vector, q.query, 1) DESC, d.id
+        LIMIT %(limit)s
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [row[0] for row in cursor.fetchall()]
+
+
+def rare_term_ranking(
+    query: str,
+    scope: QueryScope,
+    *,
+    kinds: Sequence[str] | None = None,
+    limit: int = CANDIDATES_PER_RANKER,
+    terms: QueryTerms | None = None,
+) -> list[int]:
+    """Rows holding the question's rare terms (IDF >= 4.0), scored by the sum of those terms'
+    IDF divided by 1 + ln(1 + number of lexemes in the row): a short row built around a rare
+    token ranks high; a row holding only common words is not ranked at all."""
+    terms = terms or query_terms(query, scope)
+    rare = terms.rare()
+    if not rare:
+        return []
+    where, params = scope_where_sql(scope, kinds)
+    cases = []
+    for i, (lexeme, idf) in enumerate(rare):
+        params[f"rare_{i}"] = _tsquery_literal([lexeme])
+        params[f"idf_{i}"] = idf
+        cases.append(f"CASE WHEN d.search_vector @@ %(rare_{i})s::tsquery THEN %(idf_{i})s ELSE 0 END")
+    params.update(any_rare=_tsquery_literal(lx for lx, _ in rare), limit=limit)
+    sql = f"""
+        SELECT d.id FROM sources_document d
+        WHERE d.search_vector @@ %(any_rare)s::tsquery AND {where}
+        ORDER BY ({" + ".join(cases)}) / (1 + ln(1 + length(d.search_vector))) DESC, d.id
         LIMIT %(limit)s
     """
     with connection.cursor() as cursor:
@@ -469,10 +578,19 @@ def hybrid_search(
     with tenant_context(scope.tenant_id, user_id=scope.user_id):
         rankings: dict[str, list[int]] = {}
         similarities: dict[int, float] = {}
+        terms = None
+        if "lexical" in rankers or "rare" in rankers:
+            t0 = time.perf_counter()
+            terms = query_terms(query, scope)
+            timings["terms"] = (time.perf_counter() - t0) * 1000
         if "lexical" in rankers:
             t0 = time.perf_counter()
-            rankings["lexical"] = lexical_ranking(query, scope, kinds=kinds)
+            rankings["lexical"] = lexical_ranking(query, scope, kinds=kinds, terms=terms)
             timings["lexical"] = (time.perf_counter() - t0) * 1000
+        if "rare" in rankers:
+            t0 = time.perf_counter()
+            rankings["rare"] = rare_term_ranking(query, scope, kinds=kinds, terms=terms)
+            timings["rare"] = (time.perf_counter() - t0) * 1000
         if query_vector is not None:
             t0 = time.perf_counter()
             dense = dense_ranking(query_vector, scope, kinds=kinds)
@@ -491,7 +609,7 @@ def hybrid_search(
             if not restricted:
                 continue
             if "lexical" in rankers:
-                rankings[f"lexical:{family}"] = lexical_ranking(query, scope, kinds=restricted)
+                rankings[f"lexical:{family}"] = lexical_ranking(query, scope, kinds=restricted, terms=terms)
             if query_vector is not None:
                 dense = dense_ranking(query_vector, scope, kinds=restricted)
                 rankings[f"dense:{family}"] = [doc_id for doc_id, _ in dense]

@@ -31,6 +31,7 @@ class DataSource(TenantOwned):
     projects = models.ManyToManyField("projects.Project", through="ProjectSource", related_name="sources", blank=True)
     generation = models.PositiveIntegerField(default=0)
     last_synced_at = models.DateTimeField(null=True, blank=True)
+    indexed_rows = models.PositiveIntegerField(default=0, help_text="Rows after the last run (for IDF).")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -158,3 +159,23 @@ class Document(TenantOwned):
 
     def __str__(self) -> str:
         return self.title
+
+
+class TermStat(TenantOwned):
+    """Document frequency of one full-text lexeme in one data source, refreshed after each run.
+
+    ``ndoc`` is the number of the source's rows whose ``search_vector`` holds ``lexeme``
+    (PostgreSQL ``ts_stat``). Retrieval turns it into IDF = ln(N / df) over the sources in
+    scope, to drop near-ubiquitous query terms and to rank rare ones.
+    """
+
+    source = models.ForeignKey(DataSource, on_delete=models.CASCADE, related_name="term_stats")
+    lexeme = models.CharField(max_length=255)
+    ndoc = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["source", "lexeme"], name="termstat_unique_lexeme")]
+        indexes = [models.Index(fields=["lexeme", "source"], name="termstat_lexeme_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.lexeme}: {self.ndoc}"

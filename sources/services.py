@@ -284,6 +284,34 @@ def _delete_unseen(source_id: int, seen_ids: set[str]) -> int:
         return cursor.rowcount
 
 
+def source_refresh_term_stats(source_id: int) -> int:
+    """Recompute the source's lexeme document frequencies and row count; returns the row count.
+
+    Runs inside the caller's tenant context. Source: PostgreSQL ``ts_stat`` over the rows'
+    generated ``search_vector``; the counts feed IDF in retrieval.
+    """
+    source_id = int(source_id)  # ts_stat takes SQL text: the id is an int literal, nothing else
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM sources_termstat WHERE source_id = %s", [source_id])
+        cursor.execute(
+            f"""
+            INSERT INTO sources_termstat (tenant_id, source_id, lexeme, ndoc)
+            SELECT s.tenant_id, s.id, st.word, st.ndoc
+            FROM sources_datasource s,
+                 ts_stat('SELECT search_vector FROM sources_document WHERE source_id = {source_id}') AS st
+            WHERE s.id = %s AND length(st.word) <= 255
+            """,
+            [source_id],
+        )
+        cursor.execute(
+            "UPDATE sources_datasource SET indexed_rows = "
+            "(SELECT count(*) FROM sources_document WHERE source_id = %s) WHERE id = %s RETURNING indexed_rows",
+            [source_id, source_id],
+        )
+        row = cursor.fetchone()
+        return int(row[0]) if row else 0
+
+
 def source_ingest(
     *,
     tenant_id: int,
@@ -334,6 +362,7 @@ def source_ingest(
             # touch every index, the HNSW one included); the seen ids decide instead.
             run.deleted = _delete_unseen(source_id, batcher.seen_ids)
             DataSource.objects.filter(pk=source_id).update(generation=generation, last_synced_at=timezone.now())
+            source_refresh_term_stats(source_id)
         if report.skipped:
             status = IngestionRun.Status.PARTIAL
     except ConnectorError as exc:

@@ -1,5 +1,7 @@
 """Hybrid retrieval: RRF arithmetic, merging, scope, principals and tenant isolation."""
 
+import math
+
 import pytest
 
 from search.retrieval import EmptyQuery, Hit, hybrid_search, merge_and_cap, rrf_fuse
@@ -152,3 +154,43 @@ def test_context_expansion_adds_neighbours_and_enclosing_signature(make_tenant, 
     )
     hits = {h.external_id: h for h in hybrid_search("walrus socket", scope_for_user(t.admin)).hits}
     assert hits["app.py#Server.start"].context == "enclosing: class Server(BaseServer):"
+
+
+@pytest.mark.django_db
+def test_idf_statistics_drop_ubiquitous_terms_and_rank_rare_ones(make_tenant, settings):
+    from kbportal.tenancy import tenant_context
+    from search.retrieval import lexical_ranking, query_terms, rare_term_ranking
+    from sources.models import DataSource, Document, TermStat
+    from sources.services import source_create, source_ingest
+
+    settings.KB_CUSTOM_CONNECTORS = {"test_rows": "tests.search.rows_connector.RowsConnector"}
+    t = make_tenant("idf")
+    filler = [
+        {"external_id": f"note{i}", "kind": "conversation", "title": f"standup {i}",
+         "content": f"standup notes {i}: thanks, sounds good! the deploy went fine, nothing to report today."}
+        for i in range(120)
+    ]  # fmt: skip
+    rows = filler + [
+        {"external_id": "rare-short", "kind": "conversation", "title": "pager",
+         "content": "ERR_QUOKKA_TIMEOUT on the payments gateway, restart it"},
+        {"external_id": "rare-long", "kind": "doc_section", "title": "gateway handbook",
+         "content": "ERR_QUOKKA_TIMEOUT " + " ".join(f"word{i}" for i in range(400))},
+    ]  # fmt: skip
+    source = source_create(
+        tenant_id=t.tenant.pk, kind="test_rows", name="Chat", config={"rows": rows}, project_ids=[t.project.pk]
+    )
+    assert source_ingest(tenant_id=t.tenant.pk, source_id=source.pk).status == "succeeded"
+    scope = scope_for_user(t.admin)
+    with tenant_context(t.tenant.pk):
+        assert DataSource.objects.get(pk=source.pk).indexed_rows == 122
+        assert TermStat.objects.get(source=source, lexeme="standup").ndoc == 120
+        terms = query_terms("thanks, sounds good! any ERR_QUOKKA_TIMEOUT today?", scope)
+        assert "thank" not in terms.kept() and "errquokkatimeout" in terms.kept()
+        assert dict(terms.rare())["errquokkatimeout"] == pytest.approx(math.log(122 / 2))
+        assert "standup" not in dict(terms.rare())
+        ranked = rare_term_ranking("thanks, sounds good! any ERR_QUOKKA_TIMEOUT today?", scope, terms=terms)
+        ids = {d.pk: d.external_id for d in Document.objects.filter(pk__in=ranked)}
+        assert [ids[i] for i in ranked] == ["rare-short", "rare-long"]
+        # A row with only common words is not in the rare list at all, nor in the lexical one.
+        lexical = lexical_ranking("thanks, sounds good! any ERR_QUOKKA_TIMEOUT today?", scope, terms=terms)
+        assert set(lexical) == set(ranked)
