@@ -154,6 +154,7 @@ def scope_where_sql(scope: QueryScope, kinds: Sequence[str] | None) -> tuple[str
 
 
 COMMON_DF_RATIO = 0.25  # a lexeme in more than a quarter of the scope's rows is dropped from the OR query
+MAX_TERM_DF = 5000  # ... and so is one in more than 5,000 rows (IDF < 3 at 100k rows; it costs the most)
 KEEP_RAREST = 3  # ... unless every lexeme is that common: then the rarest few are kept
 RARE_IDF = 4.0  # the design's rare-token threshold: ln(N / df) >= 4.0
 MAX_RARE_TERMS = 8
@@ -183,7 +184,7 @@ class QueryTerms:
         present = [lx for lx in self.lexemes if self.df.get(lx)]
         if not self.n_rows:
             return self.lexemes
-        kept = [lx for lx in present if self.df[lx] / self.n_rows <= COMMON_DF_RATIO]
+        kept = [lx for lx in present if self.df[lx] / self.n_rows <= COMMON_DF_RATIO and self.df[lx] <= MAX_TERM_DF]
         return kept or sorted(present, key=lambda lx: self.df[lx])[:KEEP_RAREST]
 
     def rare(self) -> list[tuple[str, float]]:
