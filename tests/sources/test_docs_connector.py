@@ -101,6 +101,20 @@ def test_full_fastapi_docs_folder_ingests_every_page_and_reruns_for_free(tenant_
     assert (again.embedded, again.created, again.updated, again.deleted) == (0, 0, 0, 0)
     assert again.unchanged == again.seen == len(rows)
 
+    # Search finds the right page for questions that describe it in other words.
+    from search.retrieval import hybrid_search
+    from sources.selectors import QueryScope
+
+    scope = QueryScope(tenant_id, None, 0, "docs", "Docs", (source_id,))
+    for question, page in [
+        ("Can I serve an existing Flask application from inside my FastAPI app?", "advanced/wsgi.md"),
+        ("How do I push live updates to a browser with server-sent events?", "tutorial/server-sent-events.md"),
+        ("In tests, how do I replace a dependency that calls an external service with a fake one?",
+         "advanced/testing-dependencies.md"),
+    ]:  # fmt: skip
+        top = [h.path for h in hybrid_search(question, scope, limit=3).hits]
+        assert page in top, (question, top)
+
 
 def test_cookie_params_sections_match_the_file(tenant_id, shared_dir):
     folder = _docs(shared_dir)

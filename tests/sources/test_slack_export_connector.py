@@ -186,6 +186,14 @@ def test_houston_export_rows_names_reactions_and_coverage(make_tenant, shared_di
             assert first_line in holders[0]["content"], (channel, ts)
     print(f"houston export: {len(rows)} rows in {elapsed:.1f} s")
 
+    # Search finds the conversation a question describes.
+    from search.retrieval import hybrid_search
+    from sources.selectors import QueryScope
+
+    scope = QueryScope(tenant_id, None, 0, "slack", "Slack", (source_id,))
+    top = hybrid_search("when is the next datajam meetup scheduled?", scope, limit=3).hits
+    assert any("our next datajam is scheduled!" in h.content for h in top), [h.title for h in top]
+
 
 @pytest.mark.slow
 def test_houston_zip_gives_identical_rows_and_rerun_embeds_nothing(make_tenant, shared_dir, tmp_path):
