@@ -126,12 +126,6 @@ class SearchResult:
     hits: list[Hit]
     timings_ms: dict[str, float]
     rankers: tuple[str, ...]
-    lexical_matches: int
-
-    @property
-    def has_relevant(self) -> bool:
-        """True when a hit matched lexically or is close to the question (cosine >= 0.35)."""
-        return any("lexical" in h.ranks or (h.similarity or 0) >= 0.35 for h in self.hits)
 
 
 def scope_where_sql(scope: QueryScope, kinds: Sequence[str] | None) -> tuple[str, dict[str, Any]]:
@@ -570,7 +564,7 @@ def hybrid_search(
     query = clean_query(query)
     timings: dict[str, float] = {}
     if not scope.allowed_source_ids:
-        return SearchResult(hits=[], timings_ms=timings, rankers=tuple(rankers), lexical_matches=0)
+        return SearchResult(hits=[], timings_ms=timings, rankers=tuple(rankers))
     query_vector = None
     if "dense" in rankers:
         t0 = time.perf_counter()
@@ -641,9 +635,7 @@ def hybrid_search(
         with tenant_context(scope.tenant_id, user_id=scope.user_id):
             expand_context(hits)
         timings["context"] = (time.perf_counter() - t0) * 1000
-    return SearchResult(
-        hits=hits, timings_ms=timings, rankers=tuple(rankers), lexical_matches=len(rankings.get("lexical", []))
-    )
+    return SearchResult(hits=hits, timings_ms=timings, rankers=tuple(rankers))
 
 
 _CODE_WORDS = re.compile(
