@@ -11,6 +11,7 @@ from django.db import connection
 from kbportal.tenancy import tenant_context
 from search.pipeline.evidence import Evidence
 from search.pipeline.executor import execute_plan
+from search.pipeline.gate import evidence_answers
 from search.pipeline.planner import make_plan
 from search.pipeline.synthesizer import Answer, synthesize
 from search.retrieval import clean_query, scope_where_sql
@@ -69,7 +70,7 @@ def ask(question: str, scope: QueryScope, *, limit: int = 10) -> AskResult:
     t_plan = time.perf_counter()
     execution = execute_plan(plan, scope, limit=limit)
     t_exec = time.perf_counter()
-    relevant = any(e.is_relevant for e in execution.evidence)
+    relevant = evidence_answers(question, execution.evidence)
     answer = synthesize(question, execution.evidence, relevant=relevant)
     t_end = time.perf_counter()
     return AskResult(
