@@ -1,14 +1,140 @@
-"""The answerability gate: does the evidence answer the question at all?
+"""The answerability gate: does the evidence answer the question, fully, partly or not at all?
 
-When it says no, the synthesizer declines ("the sources do not contain this") instead of
-pointing at unrelated rows. One function, used by every surface through ``search.services``.
+Two checks, both deterministic (no LLM), used by every surface through ``search.services``:
+
+1. **Relevance**: at least one evidence block matched the question's words or is semantically
+   close (``Evidence.is_relevant``). None → the answer declines outright.
+2. **Coverage**: the question's terms that *no document the asker may read* contains at all.
+   A question naming things the sources never mention ("per-request CO2e", "`kv_crc`",
+   "Resizable BAR") cannot be answered from them, however on-topic the closest evidence is:
+   the answer then says which terms are missing and that it may not answer fully. Each unknown
+   term weighs 1, a specific one (digits, ``snake_case``, ``CamelCase``, dotted, ALL-CAPS,
+   quoted or back-ticked) 2; at ``PARTIAL_WEIGHT`` or more the answer is partial.
+
+The coverage check runs against the scoped rows (tenant, project sources, document
+principals), never against global statistics, so the missing-terms note cannot reveal what a
+restricted document contains.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
+
+from django.db import connection
+
+from kbportal.tenancy import tenant_context
 from search.pipeline.evidence import Evidence
+from search.retrieval import scope_where_sql
+from sources.selectors import QueryScope
+
+PARTIAL_WEIGHT = 4
+MAX_TERMS = 40  # a question's distinct terms considered (longer questions: the first 40)
+
+_QUOTED = re.compile(r"`([^`]{1,200})`|\"([^\"]{1,200})\"|“([^”]{1,200})”")
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-']*[A-Za-z0-9]|[A-Za-z0-9]")
+_SPECIFIC = re.compile(r"\d|_|[a-z][A-Z]|\w\.\w")
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Question terms absent from every readable document in scope.
+
+    ``unknown`` keeps the question's own spelling, in question order; ``weight`` is the sum of
+    their weights (1 per term, 2 per specific term).
+    """
+
+    unknown: tuple[str, ...] = ()
+    weight: int = 0
+    checked: int = 0  # how many distinct terms were looked up
+
+    @property
+    def partial(self) -> bool:
+        """The sources miss enough of what the question names that an answer can only be partial."""
+        return self.weight >= PARTIAL_WEIGHT
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the gate decided: ``relevant`` (some evidence matched) and the question's coverage."""
+
+    relevant: bool
+    coverage: Coverage = field(default_factory=Coverage)
+
+    @property
+    def declines(self) -> bool:
+        """The answer must say the sources do not (fully) answer the question."""
+        return not self.relevant or self.coverage.partial
+
+
+def _is_specific(term: str, quoted: bool) -> bool:
+    if quoted or _SPECIFIC.search(term):
+        return True
+    letters = [c for c in term if c.isalpha()]
+    return len(letters) >= 2 and all(c.isupper() for c in letters)
+
+
+def question_terms(question: str) -> list[tuple[str, bool]]:
+    """``[(term, specific)]``: quoted/back-ticked spans whole, other words split on ``/``.
+
+    Deduplicated case-insensitively, in question order, at most ``MAX_TERMS``.
+    """
+    terms: list[tuple[str, bool]] = []
+    seen: set[str] = set()
+
+    def add(term: str, quoted: bool) -> None:
+        term = term.strip(" .,;:!?()[]{}'\"")
+        if term and term.lower() not in seen and len(terms) < MAX_TERMS:
+            seen.add(term.lower())
+            terms.append((term, _is_specific(term, quoted)))
+
+    for match in _QUOTED.finditer(question):
+        add(next(g for g in match.groups() if g is not None), True)
+    rest = _QUOTED.sub(" ", question)
+    for token in _TOKEN.findall(rest.replace("/", " ")):
+        add(token, False)
+    return terms
+
+
+def question_coverage(question: str, scope: QueryScope) -> Coverage:
+    """Which of the question's terms no document readable in ``scope`` contains.
+
+    A term is present when one readable row's full-text vector holds all of its parts
+    (``plainto_tsquery('english', term)``, hyphens and underscores split into parts); stop
+    words are skipped. One SQL statement of indexed (GIN) lookups; runs in the scope's tenant
+    context.
+    """
+    terms = question_terms(question)
+    if not terms:
+        return Coverage()
+    where, params = scope_where_sql(scope, None)
+    params["terms"] = [t for t, _ in terms]
+    sql = f"""
+        SELECT t.i, EXISTS (
+            SELECT 1 FROM sources_document d
+            WHERE d.search_vector @@ plainto_tsquery('english', translate(t.term, '_-', '  ')) AND {where}
+        )
+        FROM unnest(%(terms)s::text[]) WITH ORDINALITY AS t(term, i)
+        WHERE numnode(plainto_tsquery('english', translate(t.term, '_-', '  '))) > 0
+    """
+    with tenant_context(scope.tenant_id, user_id=scope.user_id):
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+    unknown = [terms[i - 1] for i, present in sorted(rows) if not present]
+    return Coverage(
+        unknown=tuple(t for t, _ in unknown),
+        weight=sum(2 if specific else 1 for _, specific in unknown),
+        checked=len(rows),
+    )
 
 
 def evidence_answers(question: str, evidence: list[Evidence]) -> bool:
     """True when at least one evidence block is relevant to ``question`` (see ``Evidence.is_relevant``)."""
     return any(e.is_relevant for e in evidence)
+
+
+def judge(question: str, evidence: list[Evidence], scope: QueryScope) -> Verdict:
+    """The gate's verdict for ``question`` given the tools' ``evidence`` in ``scope``."""
+    relevant = evidence_answers(question, evidence)
+    return Verdict(relevant=relevant, coverage=question_coverage(question, scope) if relevant else Coverage())
