@@ -79,3 +79,40 @@ class Profile(models.Model):
 
     def __str__(self) -> str:
         return f"profile of {self.user}"
+
+
+class ApiToken(TenantOwned):
+    """A per-user (or, with no user, per-service) API token for scripts, the API and MCP clients.
+
+    The plain token ``kb_<prefix>_<secret>`` is shown once at creation; only its SHA-256 hex
+    digest is stored. ``prefix`` is public (shown in lists, used to revoke). Row-level security
+    admits a row by tenant, or the one row whose ``token_hash`` equals the transaction-local
+    ``app.token_hash`` setting (authentication, before the tenant is known): a caller must hold
+    the token to see its row. A token with no ``project`` uses its user's default project; a
+    service token (no user) must name one.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, unique=True, editable=False)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    # CASCADE, not SET_NULL: a token pinned to a deleted project must not widen to the default one.
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(user__isnull=False) | models.Q(project__isnull=False),
+                name="apitoken_service_token_has_project",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} (kb_{self.prefix}_…)"

@@ -1,9 +1,20 @@
-"""Reads for tenants and projects; every one is scoped to the asking user."""
+"""Reads for tenants, projects and API tokens; every one is scoped to the asking user or token."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+from django.utils import timezone
+
 from kbportal.tenancy import tenant_context, user_context
-from projects.models import Membership, Profile, Project
+from projects.models import ApiToken, Membership, Profile, Project, Tenant
 
 
 class ScopeNotFound(LookupError):
@@ -39,3 +50,159 @@ def project_list_for_user(user) -> list[Project]:
 def user_is_tenant_admin(user, tenant_id: int) -> bool:
     """True when the user is an owner or admin of the tenant."""
     return any(m.tenant_id == tenant_id and m.is_admin for m in membership_list_for_user(user))
+
+
+# ---------- API tokens ---------------------------------------------------------------------------
+
+API_TOKEN_PREFIX_CHARS = 8  # lowercase letters and digits: public, shown in lists
+API_TOKEN_SECRET_CHARS = 40  # letters and digits: ~238 bits of entropy
+_API_TOKEN_RE = re.compile(
+    rf"kb_(?P<prefix>[a-z0-9]{{{API_TOKEN_PREFIX_CHARS}}})_(?P<secret>[A-Za-z0-9]{{{API_TOKEN_SECRET_CHARS}}})"
+)
+
+
+class ApiTokenRejected(PermissionError):
+    """The presented API token does not authenticate anyone.
+
+    ``reason`` is one of ``malformed``, ``unknown``, ``revoked``, ``expired``, ``not_member``
+    (the token's user left the tenant or was deactivated). The message never names a tenant.
+    """
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class TokenIdentity:
+    """Who an authenticated API token speaks for.
+
+    ``project_slug`` is the project that scopes a call made without one: the token's own
+    (``project_pinned``: no other project may be used) or the user's default project when that
+    lies in the token's tenant (else ``None``, and a call must name a project).
+    """
+
+    token_id: int
+    prefix: str
+    name: str
+    tenant_id: int
+    user: Any  # the user model instance, or None for a service token
+    project_id: int | None
+    project_slug: str | None
+    project_pinned: bool
+    expires_at: datetime | None
+
+    @property
+    def user_id(self) -> int | None:
+        return self.user.pk if self.user is not None else None
+
+
+def api_token_hash(raw: str) -> str:
+    """SHA-256 hex digest (64 characters) of the whole plain token; what the table stores."""
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def api_token_parse(raw: str) -> tuple[str, str]:
+    """``(prefix, secret)`` of a ``kb_<prefix>_<secret>`` token. Raises ``ApiTokenRejected``."""
+    match = _API_TOKEN_RE.fullmatch(raw.strip()) if isinstance(raw, str) else None
+    if match is None:
+        raise ApiTokenRejected("malformed", "malformed API token (expected kb_<prefix>_<secret>)")
+    return match["prefix"], match["secret"]
+
+
+def api_token_authenticate(raw: str) -> TokenIdentity:
+    """The :class:`TokenIdentity` of the plain token ``raw``, checked against the table.
+
+    Looks the row up by the token's SHA-256 under the transaction-local ``app.token_hash``
+    setting, which row-level security admits for that one row only (no tenant is known yet, and
+    no other tenant's token is visible), then compares digests with ``hmac.compare_digest``.
+    Raises :class:`ApiTokenRejected` with ``reason`` ``malformed``, ``unknown``, ``revoked``,
+    ``expired`` or ``not_member``. Reads only; ``projects.services.api_token_touch`` records use.
+    """
+    raw = raw.strip() if isinstance(raw, str) else raw
+    prefix, _ = api_token_parse(raw)
+    digest = api_token_hash(raw)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT current_setting('app.token_hash', true), set_config('app.token_hash', %s, true)", [digest]
+            )
+            previous = cursor.fetchone()[0]
+        row = (
+            ApiToken.all_tenants.filter(token_hash=digest)
+            .values(
+                "id", "name", "prefix", "token_hash", "tenant_id", "user_id", "project_id", "expires_at", "revoked_at"
+            )
+            .first()
+        )
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('app.token_hash', %s, true)", [previous or ""])
+    if row is None or not hmac.compare_digest(row["token_hash"], digest):
+        raise ApiTokenRejected("unknown", "unknown API token")
+    if row["revoked_at"] is not None:
+        raise ApiTokenRejected("revoked", f"API token kb_{prefix}_… was revoked")
+    if row["expires_at"] is not None and row["expires_at"] <= timezone.now():
+        raise ApiTokenRejected("expired", f"API token kb_{prefix}_… expired at {row['expires_at'].isoformat()}")
+    user = None
+    if row["user_id"] is not None:
+        user = get_user_model().objects.filter(pk=row["user_id"], is_active=True).first()
+    with tenant_context(row["tenant_id"], user_id=row["user_id"]):
+        if row["user_id"] is not None and (user is None or not Membership.objects.filter(user_id=user.pk).exists()):
+            raise ApiTokenRejected("not_member", f"the user of API token kb_{prefix}_… is no longer a member")
+        project_id = row["project_id"]
+        if project_id is None:
+            profile = Profile.objects.filter(user_id=row["user_id"]).first()
+            project_id = profile.default_project_id if profile else None
+        # Inside the tenant's context: a default project of another tenant is simply not found.
+        project = Project.objects.filter(pk=project_id).first() if project_id else None
+    return TokenIdentity(
+        token_id=row["id"],
+        prefix=row["prefix"],
+        name=row["name"],
+        tenant_id=row["tenant_id"],
+        user=user,
+        project_id=project.pk if project else None,
+        project_slug=project.slug if project else None,
+        project_pinned=row["project_id"] is not None,
+        expires_at=row["expires_at"],
+    )
+
+
+def api_token_project(identity: TokenIdentity, project_slug: str | None = None) -> Project:
+    """The project a call made with ``identity`` runs in: ``project_slug`` or the token's default.
+
+    A token that names its project is pinned to it. Raises ``ScopeNotFound`` (-> 404) when the
+    slug is not a project of the token's tenant, differs from a pinned token's project, or no
+    project is named and the token has no default.
+    """
+    slug = project_slug or identity.project_slug
+    if not slug:
+        raise ScopeNotFound("this token has no default project; pass a project slug")
+    if identity.project_pinned and slug != identity.project_slug:
+        raise ScopeNotFound(f"this token is limited to project {identity.project_slug!r}")
+    with tenant_context(identity.tenant_id, user_id=identity.user_id):
+        project = Project.objects.filter(slug=slug).first()
+    if project is None:
+        raise ScopeNotFound(f"no project {slug!r} in this token's organization")
+    return project
+
+
+def api_token_list_for_tenant(*, tenant_id: int) -> list[ApiToken]:
+    """The tenant's tokens, newest first, with user and project loaded (hashes stay in the row)."""
+    with tenant_context(tenant_id):
+        return list(ApiToken.objects.select_related("user", "project"))
+
+
+def api_token_get_for_operator(prefix: str) -> ApiToken:
+    """The token with public ``prefix`` (with or without ``kb_``), for whoever runs ``manage.py``.
+
+    Looks in each tenant inside that tenant's own context (no bypass of row-level security).
+    Raises ``ApiTokenRejected("unknown", ...)`` when no tenant has it.
+    """
+    prefix = prefix.strip().removeprefix("kb_").split("_", 1)[0]
+    for tenant in Tenant.objects.all():
+        with tenant_context(tenant.pk):
+            token = ApiToken.objects.filter(prefix=prefix).select_related("tenant").first()
+        if token is not None:
+            return token
+    raise ApiTokenRejected("unknown", f"no API token with prefix {prefix!r}")

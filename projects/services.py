@@ -1,15 +1,21 @@
-"""Writes for tenants, memberships, projects and profiles. Keyword-only, one transaction each."""
+"""Writes for tenants, memberships, projects, profiles and API tokens. Keyword-only, one transaction each."""
 
 from __future__ import annotations
 
+import secrets
+import string
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
 from django.utils.text import slugify
 
 from kbportal.tenancy import tenant_context
-from projects.models import Membership, Profile, Project, Tenant
+from projects.models import ApiToken, Membership, Profile, Project, Tenant
+from projects.selectors import API_TOKEN_PREFIX_CHARS, API_TOKEN_SECRET_CHARS, TokenIdentity, api_token_hash
 
 User = get_user_model()
 
@@ -102,3 +108,73 @@ def tenant_onboard(
         project = project_create(tenant_id=tenant.pk, name=project_name)
     profile_set_default_project(user=admin, tenant_id=tenant.pk, project_id=project.pk)
     return OnboardedTenant(tenant=tenant, admin=admin, project=project)
+
+
+# ---------- API tokens ---------------------------------------------------------------------------
+
+_PREFIX_ALPHABET = string.ascii_lowercase + string.digits
+_SECRET_ALPHABET = string.ascii_letters + string.digits
+API_TOKEN_TOUCH_SECONDS = 60  # last_used_at is written at most once a minute per token
+
+
+class ApiTokenError(ValueError):
+    """An API token cannot be created with these arguments (the message says which one)."""
+
+
+def api_token_create(
+    *, tenant: Tenant, user, name: str, project: Project | None = None, expires_in_days: int | None = None
+) -> tuple[ApiToken, str]:
+    """Create an API token; returns ``(token row, plain token)``. The plain token is not kept.
+
+    The plain token is ``kb_<8 lowercase letters/digits>_<40 letters/digits>`` (~238 bits of
+    secret); the row stores its SHA-256 only. ``user`` must be a member of ``tenant``; ``None``
+    makes a service token, which must name a ``project``. ``project`` (of ``tenant``) pins the
+    token to it; without one the token follows the user's default project. ``expires_in_days``
+    (>= 1) sets ``expires_at``; ``None`` never expires. Raises :class:`ApiTokenError`.
+    """
+    name = (name or "").strip()
+    if not name or len(name) > 100:
+        raise ApiTokenError("a token needs a name of 1 to 100 characters")
+    if expires_in_days is not None and (isinstance(expires_in_days, bool) or int(expires_in_days) < 1):
+        raise ApiTokenError("expires_in_days must be a whole number of days >= 1")
+    if user is None and project is None:
+        raise ApiTokenError("a service token (no user) must name its project")
+    with tenant_context(tenant.pk, user_id=user.pk if user else None):
+        if user is not None and not Membership.objects.filter(user=user).exists():
+            raise ApiTokenError(f"user {user.get_username()!r} is not a member of tenant {tenant.slug!r}")
+        if project is not None and not Project.objects.filter(pk=project.pk).exists():
+            raise ApiTokenError(f"project {project.slug!r} is not in tenant {tenant.slug!r}")
+        prefix = "".join(secrets.choice(_PREFIX_ALPHABET) for _ in range(API_TOKEN_PREFIX_CHARS))
+        secret = "".join(secrets.choice(_SECRET_ALPHABET) for _ in range(API_TOKEN_SECRET_CHARS))
+        raw = f"kb_{prefix}_{secret}"
+        expires_at = timezone.now() + timedelta(days=int(expires_in_days)) if expires_in_days else None
+        token = ApiToken.objects.create(
+            tenant=tenant,
+            user=user,
+            name=name,
+            prefix=prefix,
+            token_hash=api_token_hash(raw),
+            project=project,
+            expires_at=expires_at,
+        )
+    return token, raw
+
+
+def api_token_revoke(*, token: ApiToken) -> ApiToken:
+    """Revoke ``token`` now (in its tenant's context); revoking again keeps the first time."""
+    with tenant_context(token.tenant_id):
+        ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        token.refresh_from_db(fields=["revoked_at"])
+    return token
+
+
+def api_token_touch(*, identity: TokenIdentity) -> None:
+    """Record that the token was used: ``last_used_at = now``, at most once a minute.
+
+    One conditional UPDATE in the token's tenant context, so a burst of calls writes once.
+    """
+    now = timezone.now()
+    with tenant_context(identity.tenant_id):
+        ApiToken.objects.filter(pk=identity.token_id).filter(
+            Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - timedelta(seconds=API_TOKEN_TOUCH_SECONDS))
+        ).update(last_used_at=now)
