@@ -129,6 +129,26 @@ def question_coverage(question: str, scope: QueryScope) -> Coverage:
     )
 
 
+_DECLINE = re.compile(
+    r"\b(?:do(?:es)?\s+not|don't|doesn't|cannot|can't|could\s+not|couldn't|unable\s+to)\b[^.\n]{0,60}?"
+    r"\b(?:contain|mention|answer|say|specify|specified|include|find|found|provide|cover|describe|state)"
+    r"|\bnot\s+(?:fully\s+)?(?:mentioned|specified|found|covered|available|provided|described|answerable)\b"
+    r"|\bno\s+(?:information|mention|details?|evidence)\b",
+    re.I,
+)
+
+
+def text_declines(text: str) -> bool:
+    """True when an answer's text says the sources do not (fully) answer the question."""
+    return bool(_DECLINE.search(text))
+
+
+def missing_terms_note(coverage: Coverage) -> str:
+    """The sentence that opens a partial answer, naming what the sources never mention."""
+    names = ", ".join(f"“{t}”" for t in coverage.unknown[:8])
+    return f"The sources do not mention {names}, so they may not answer this fully."
+
+
 def evidence_answers(question: str, evidence: list[Evidence]) -> bool:
     """True when at least one evidence block is relevant to ``question`` (see ``Evidence.is_relevant``)."""
     return any(e.is_relevant for e in evidence)

@@ -2,7 +2,14 @@
 
 import pytest
 
-from search.pipeline.gate import PARTIAL_WEIGHT, question_coverage, question_terms
+from search.pipeline.gate import (
+    PARTIAL_WEIGHT,
+    Coverage,
+    missing_terms_note,
+    question_coverage,
+    question_terms,
+    text_declines,
+)
 from sources.selectors import scope_for_user
 
 
@@ -33,3 +40,24 @@ def test_coverage_counts_only_documents_the_asker_may_read(kb):
     # ...but not to a member, and not to another tenant: the note must not reveal the page.
     assert "quokka" in question_coverage(question, scope_for_user(kb.acme_member)).unknown
     assert "quokka" in question_coverage(question, scope_for_user(kb.globex.admin)).unknown
+
+
+@pytest.mark.parametrize(
+    ("text", "declines"),
+    [
+        ("The sources do not contain the answer.", True),
+        ("The evidence doesn't specify the retention period [2].", True),
+        ("This is not mentioned in the documents.", True),
+        ("There is no information about carbon accounting.", True),
+        ("Deploy with `make release` [1]; it does not need a ticket [2].", False),
+        ("Run the reconciliation job [3].", False),
+    ],
+)
+def test_text_declines_recognises_a_decline(text, declines):
+    assert text_declines(text) is declines
+
+
+def test_missing_terms_note_names_the_terms_and_reads_as_a_decline():
+    note = missing_terms_note(Coverage(unknown=("CO2e", "kv_crc"), weight=4))
+    assert "“CO2e”" in note and "“kv_crc”" in note
+    assert text_declines(note)
