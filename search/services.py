@@ -1,19 +1,28 @@
-"""The ask service: planner -> executor -> synthesizer. Web, API and CLI all call ``ask``."""
+"""The ask service: planner -> executor -> gate -> synthesizer, as a stream of events or at once.
+
+``ask_stream`` is the pipeline; ``ask`` is the same stream consumed to its end. Web (the page
+and the server-sent-events endpoint), API and CLI all call one of the two. Every question is
+recorded as an ``AnswerRecord``, whose ``public_id`` is what feedback attaches to.
+"""
 
 from __future__ import annotations
 
 import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from django.db import connection
 
 from kbportal.tenancy import tenant_context
+from projects.selectors import membership_list_for_user
+from search.models import AnswerFeedback, AnswerRecord
 from search.pipeline.evidence import Evidence
 from search.pipeline.executor import execute_plan
 from search.pipeline.gate import evidence_answers
 from search.pipeline.planner import make_plan
-from search.pipeline.synthesizer import Answer, synthesize
+from search.pipeline.synthesizer import Answer, synthesize_stream
 from search.retrieval import clean_query, scope_where_sql
 from sources.selectors import QueryScope
 
@@ -27,6 +36,7 @@ class AskResult:
     tools_run: list[dict]
     tool_errors: dict[str, str]
     timings_ms: dict[str, float] = field(default_factory=dict)
+    answer_id: str = ""  # the AnswerRecord's public id (a UUID), for feedback
 
     @property
     def sources(self) -> list[Evidence]:
@@ -36,6 +46,7 @@ class AskResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "answer_id": self.answer_id,
             "question": self.question,
             "answer": self.answer.text,
             "answered": self.answer.answered,
@@ -50,6 +61,33 @@ class AskResult:
         }
 
 
+AskEventType = Literal["plan", "tools", "evidence", "token", "done"]
+
+
+@dataclass(frozen=True)
+class AskEvent:
+    """One step of an answer in the making; ``data`` is JSON-serialisable (the wire payload).
+
+    In order, each once except ``token``:
+
+    - ``plan``: ``{planner: "llm"|"rules"|"fallback", tools: [name], calls: [{tool, query}], errors: [str]}``
+    - ``tools``: ``{tools_run: [{tool, query, rows, ms} | {tool, query, error}], errors: {call: message}, ms}``
+    - ``evidence``: ``{evidence: [Evidence.as_dict()]}``, numbered ``n`` = 1..k
+    - ``token`` (zero or more): ``{text}``, the next piece of the answer, citations already validated
+    - ``done``: ``{answer_id, question, text, answered, synthesizer, cited: [n], sources: [Evidence.as_dict()],
+      removed_citations: [n], error, fallback, timings_ms: {plan, tools, first_token, synthesize, total}}``
+
+    ``done.text`` is the final answer. The tokens concatenate to it, except when the LLM failed
+    after some text was sent (``fallback`` true, ``error`` says why): then ``done.text`` is the
+    extractive answer that replaces the streamed text. ``sources`` are exactly the cited blocks.
+    ``result`` is set on ``done`` only: the whole :class:`AskResult`, for in-process callers.
+    """
+
+    type: AskEventType
+    data: dict[str, Any]
+    result: AskResult | None = None
+
+
 def indexed_kinds(scope: QueryScope) -> dict[str, int]:
     """``{kind: row count}`` of what the asker may read in the scope (the planner's view)."""
     where, params = scope_where_sql(scope, None)
@@ -59,31 +97,161 @@ def indexed_kinds(scope: QueryScope) -> dict[str, int]:
             return {kind: n for kind, n in cursor.fetchall()}
 
 
-def ask(question: str, scope: QueryScope, *, limit: int = 10) -> AskResult:
-    """Answer ``question`` from the scope's sources, with ``[n]`` citations.
+def ask_stream(question: str, scope: QueryScope, *, limit: int = 10) -> Iterator[AskEvent]:
+    """Answer ``question`` from the scope's sources as a stream of :class:`AskEvent` (see there).
 
-    Raises ``search.retrieval.EmptyQuery`` for a blank question. Timings are in milliseconds.
+    The question is checked before anything runs: raises ``search.retrieval.EmptyQuery`` for a
+    blank one at call time, not at the first event. Citations in ``token`` and ``done`` are only
+    numbers of the evidence. Records the question and answer (``AnswerRecord``) in the scope's
+    tenant before ``done``. Timings are milliseconds from the start of the call.
     """
-    question = clean_query(question)
+    return _ask_events(clean_query(question), scope, limit=limit)
+
+
+def _ms(since: float) -> float:
+    return round((time.perf_counter() - since) * 1000, 1)
+
+
+def _ask_events(question: str, scope: QueryScope, *, limit: int) -> Iterator[AskEvent]:
     t0 = time.perf_counter()
     plan = make_plan(question, indexed_kinds=indexed_kinds(scope))
-    t_plan = time.perf_counter()
+    plan_info = {
+        "planner": plan.planner,
+        "tools": plan.tool_names,
+        "calls": [{"tool": c.tool, "query": c.query} for c in plan.calls],
+        "errors": plan.errors,
+    }
+    timings = {"plan": _ms(t0)}
+    yield AskEvent("plan", plan_info)
+
+    t_tools = time.perf_counter()
     execution = execute_plan(plan, scope, limit=limit)
-    t_exec = time.perf_counter()
+    timings["tools"] = _ms(t_tools)
+    yield AskEvent("tools", {"tools_run": execution.tools_run, "errors": execution.tool_errors, "ms": timings["tools"]})
+    yield AskEvent("evidence", {"evidence": [e.as_dict() for e in execution.evidence]})
+
+    t_synth = time.perf_counter()
     relevant = evidence_answers(question, execution.evidence)
-    answer = synthesize(question, execution.evidence, relevant=relevant)
-    t_end = time.perf_counter()
-    return AskResult(
+    answer: Answer | None = None
+    for item in synthesize_stream(question, execution.evidence, relevant=relevant):
+        if isinstance(item, Answer):
+            answer = item
+            break
+        timings.setdefault("first_token", _ms(t0))
+        yield AskEvent("token", {"text": item})
+    assert answer is not None, "synthesize_stream ends with an Answer"
+    timings["synthesize"] = _ms(t_synth)
+    timings["total"] = _ms(t0)
+
+    result = AskResult(
         question=question,
         answer=answer,
         evidence=execution.evidence,
-        plan={"planner": plan.planner, "tools": plan.tool_names, "errors": plan.errors},
+        plan=plan_info,
         tools_run=execution.tools_run,
         tool_errors=execution.tool_errors,
-        timings_ms={
-            "plan": round((t_plan - t0) * 1000, 1),
-            "tools": round((t_exec - t_plan) * 1000, 1),
-            "synthesize": round((t_end - t_exec) * 1000, 1),
-            "total": round((t_end - t0) * 1000, 1),
-        },
+        timings_ms=timings,
     )
+    result.answer_id = str(answer_record_create(scope=scope, result=result).public_id)
+    yield AskEvent(
+        "done",
+        {
+            "answer_id": result.answer_id,
+            "question": question,
+            "text": answer.text,
+            "answered": answer.answered,
+            "synthesizer": answer.synthesizer,
+            "cited": answer.cited,
+            "sources": [e.as_dict() for e in result.sources],
+            "removed_citations": answer.removed_citations,
+            "error": answer.error,
+            "fallback": bool(answer.error),
+            "timings_ms": timings,
+        },
+        result=result,
+    )
+
+
+def ask(question: str, scope: QueryScope, *, limit: int = 10) -> AskResult:
+    """Answer ``question`` from the scope's sources, with ``[n]`` citations: :func:`ask_stream`
+    consumed to its end.
+
+    Raises ``search.retrieval.EmptyQuery`` for a blank question. Timings are in milliseconds.
+    """
+    for event in ask_stream(question, scope, limit=limit):
+        if event.type == "done":
+            return event.result
+    raise AssertionError("ask_stream ended without a done event")
+
+
+def _db_text(text: str) -> str:
+    return text.replace("\x00", "")  # PostgreSQL text cannot hold NUL; an LLM may still emit it
+
+
+def answer_record_create(*, scope: QueryScope, result: AskResult) -> AnswerRecord:
+    """Record an asked question and its answer in the scope's tenant; returns the row.
+
+    Runs in its own tenant-context transaction. Stores document ids (not foreign keys) of the
+    evidence and of the cited blocks, the tools' report, and the timings (milliseconds).
+    """
+    with tenant_context(scope.tenant_id, user_id=scope.user_id):
+        return AnswerRecord.objects.create(
+            tenant_id=scope.tenant_id,
+            user_id=scope.user_id,
+            project_id=scope.project_id,
+            question=_db_text(result.question),
+            answer=_db_text(result.answer.text),
+            answered=result.answer.answered,
+            planner=result.plan.get("planner", ""),
+            synthesizer=result.answer.synthesizer,
+            tools=result.tools_run,
+            evidence_document_ids=[e.document_id for e in result.evidence],
+            cited_document_ids=[e.document_id for e in result.sources],
+            latency_ms=result.timings_ms.get("total", 0.0),
+            first_token_ms=result.timings_ms.get("first_token"),
+            error=result.answer.error,
+        )
+
+
+class AnswerNotFound(LookupError):
+    """No answer with that id that this user asked (another user's or tenant's answer: the same)."""
+
+
+FEEDBACK_COMMENT_CHARS = 2000
+
+
+def answer_feedback_submit(*, actor, answer_id: str | uuid.UUID, vote: int, comment: str = "") -> AnswerFeedback:
+    """Store ``actor``'s vote (+1 or -1) and optional comment on an answer they asked.
+
+    Voting again on the same answer replaces the earlier vote and comment. Only the asker may
+    vote: an answer of another user, of another tenant, or of a tenant the actor has left raises
+    ``AnswerNotFound`` (a view answers 404). Raises ``ValueError`` for a vote other than +1/-1.
+    The comment is cut to ``FEEDBACK_COMMENT_CHARS`` characters. One transaction.
+    """
+    if vote not in (AnswerFeedback.Vote.UP, AnswerFeedback.Vote.DOWN):
+        raise ValueError("vote must be +1 or -1")
+    try:
+        public_id = uuid.UUID(str(answer_id))
+    except ValueError as exc:
+        raise AnswerNotFound("no such answer") from exc
+    comment = _db_text(comment or "").strip()[:FEEDBACK_COMMENT_CHARS]
+    for membership in membership_list_for_user(actor):
+        with tenant_context(membership.tenant_id, user_id=actor.pk):
+            record = AnswerRecord.objects.filter(public_id=public_id, user=actor).first()
+            if record is None:
+                continue
+            feedback, _ = AnswerFeedback.objects.update_or_create(
+                answer_record=record,
+                user=actor,
+                defaults={
+                    "tenant_id": record.tenant_id,
+                    "project_id": record.project_id,
+                    "question": record.question,
+                    "answer": record.answer,
+                    "cited_document_ids": record.cited_document_ids,
+                    "vote": int(vote),
+                    "comment": comment,
+                },
+            )
+            return feedback
+    raise AnswerNotFound("no such answer")

@@ -4,6 +4,12 @@ Tests reach it through the real ``openai`` client (``OPENAI_BASE_URL``); nothing
 Replies are scripted per call: a callable receives the request JSON and returns the assistant's
 text (or raises ``ServerError`` to answer with an HTTP error). Streaming requests get real
 server-sent events (``data: {...}`` chunks, then ``data: [DONE]``).
+
+For streaming, the callable may instead return a list: each string is sent as one chunk exactly
+as given (so a test decides where token boundaries fall), and a ``StreamError`` item sends an
+error object mid-stream, as OpenAI-compatible servers do when generation fails, and ends the
+response. ``FakeOpenAIServer(responder, chunk_delay=0.05)`` waits that many seconds before each
+chunk (to measure time to first token).
 """
 
 from __future__ import annotations
@@ -22,14 +28,22 @@ class ServerError(Exception):
         self.status = status
 
 
-Responder = Callable[[dict[str, Any]], str]
+class StreamError:
+    """In a scripted list of chunks: fail the stream here with this message."""
+
+    def __init__(self, message: str = "generation failed"):
+        self.message = message
+
+
+Responder = Callable[[dict[str, Any]], "str | list[str | StreamError]"]
 
 
 class FakeOpenAIServer:
     """Start with ``with FakeOpenAIServer(responder) as server: server.base_url``."""
 
-    def __init__(self, responder: Responder):
+    def __init__(self, responder: Responder, *, chunk_delay: float = 0.0):
         self.responder = responder
+        self.chunk_delay = chunk_delay
         self.requests: list[dict[str, Any]] = []
         owner = self
 
@@ -44,16 +58,27 @@ class FakeOpenAIServer:
                 if not self.path.endswith("/chat/completions"):
                     return self._json(404, {"error": {"message": f"no route {self.path}"}})
                 try:
-                    text = owner.responder(body)
+                    reply = owner.responder(body)
                 except ServerError as exc:
                     return self._json(exc.status, {"error": {"message": str(exc), "type": "server_error"}})
                 created = int(time.time())
+                if isinstance(reply, str):
+                    text = reply
+                    pieces = [text[i : i + 7] for i in range(0, len(text), 7)] or [""]
+                else:
+                    pieces = list(reply)
+                    text = "".join(p for p in pieces if isinstance(p, str))
                 if body.get("stream"):
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
                     self.end_headers()
-                    pieces = [text[i : i + 7] for i in range(0, len(text), 7)] or [""]
                     for i, piece in enumerate(pieces):
+                        if owner.chunk_delay:
+                            time.sleep(owner.chunk_delay)
+                        if isinstance(piece, StreamError):
+                            error = {"error": {"message": piece.message, "type": "server_error"}}
+                            self.wfile.write(f"data: {json.dumps(error)}\n\n".encode())
+                            return
                         chunk = {
                             "id": "chatcmpl-test",
                             "object": "chat.completion.chunk",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from search.llm import llm_client, llm_configured
@@ -42,31 +42,117 @@ def _terms(text: str) -> set[str]:
     return {w.lower()[:6] for w in _WORD.findall(text) if w.lower() not in _STOP and len(w) > 2}
 
 
+_CITATION_PREFIX = re.compile(r"\[(?:\d+(?:\s*,\s*\d+)*\s*(?:,\s*)?)?")  # what may still become a citation
+_PUNCTUATION = ".,;"
+
+
+class StreamingCitationFilter:
+    """Validates ``[n]`` citations in text that arrives in pieces (LLM tokens).
+
+    ``feed(delta)`` returns the text that is safe to show now; ``flush()`` the rest at the end.
+    An open ``[`` is held back until it closes or can no longer be a citation, so a number not
+    in ``valid`` never reaches the reader, even when ``[1`` and ``2]`` arrive in separate
+    tokens. A citation list ``[1, 9]`` keeps its valid numbers (``[1]``). Whitespace is held
+    back too: leading and trailing whitespace is dropped, and spaces or tabs before ``.``, ``,``
+    or ``;`` go (a removed citation would otherwise leave ``claim .``).
+
+    After ``flush()``: ``text`` is everything returned, ``cited`` the valid numbers in
+    first-citation order (each once), ``removed`` the refused numbers in order.
+    """
+
+    def __init__(self, valid: Iterable[int]):
+        self.valid = set(valid)
+        self.cited: list[int] = []
+        self.removed: list[int] = []
+        self._bracket = ""  # an open "[..." that may still become a citation
+        self._space = ""  # whitespace held until the next visible character
+        self._started = False  # nothing visible emitted yet: leading whitespace is dropped
+        self._emitted: list[str] = []
+
+    @property
+    def text(self) -> str:
+        return "".join(self._emitted)
+
+    def feed(self, delta: str) -> str:
+        """Take the next piece of raw text; return what may be shown now (possibly ``""``)."""
+        out: list[str] = []
+        for ch in delta:
+            self._read(ch, out)
+        return self._emit_out(out)
+
+    def flush(self) -> str:
+        """End of the text: an unclosed ``[...`` is plain text; trailing whitespace is dropped."""
+        out: list[str] = []
+        pending, self._bracket = self._bracket, ""
+        if pending:
+            self._show("[", out)
+            for ch in pending[1:]:
+                self._read(ch, out)
+        self._space = ""
+        if self.removed:
+            logger.warning("removed citations not in the evidence: %s", self.removed)
+        return self._emit_out(out)
+
+    def _emit_out(self, out: list[str]) -> str:
+        text = "".join(out)
+        if text:
+            self._emitted.append(text)
+        return text
+
+    def _read(self, ch: str, out: list[str]) -> None:
+        if self._bracket:
+            candidate = self._bracket + ch
+            if ch == "]" and _CITATION.fullmatch(candidate):
+                self._bracket = ""
+                self._show(self._keep_valid(candidate), out)
+            elif _CITATION_PREFIX.fullmatch(candidate):
+                self._bracket = candidate
+            else:  # not a citation after all: the "[" is text; re-read what followed it
+                self._bracket = ""
+                self._show("[", out)
+                for c in candidate[1:]:
+                    self._read(c, out)
+        elif ch == "[":
+            self._bracket = "["
+        else:
+            self._show(ch, out)
+
+    def _keep_valid(self, citation: str) -> str:
+        keep = []
+        for part in citation[1:-1].split(","):
+            n = int(part)
+            if n in self.valid:
+                keep.append(n)
+                if n not in self.cited:
+                    self.cited.append(n)
+            else:
+                self.removed.append(n)
+        return "".join(f"[{n}]" for n in keep)
+
+    def _show(self, text: str, out: list[str]) -> None:
+        if not text:
+            return
+        if text.isspace():
+            if self._started:
+                self._space += text
+            return
+        if text[0] in _PUNCTUATION:
+            self._space = self._space.rstrip(" \t")
+        out.append(self._space + text)
+        self._space = ""
+        self._started = True
+
+
 def validate_citations(text: str, evidence: list[Evidence]) -> tuple[str, list[int], list[int]]:
     """Remove citations of numbers not in ``evidence``; returns ``(text, cited, removed)``.
 
-    ``cited`` lists the valid numbers in first-citation order, each once.
+    ``cited`` lists the valid numbers in first-citation order, each once. The same rules as the
+    streamed answer (:class:`StreamingCitationFilter`), applied to the whole text at once.
     """
-    valid = {e.n for e in evidence}
-    cited: list[int] = []
-    removed: list[int] = []
-
-    def fix(match: re.Match) -> str:
-        keep = []
-        for part in match.group(1).split(","):
-            n = int(part)
-            if n in valid:
-                keep.append(n)
-                if n not in cited:
-                    cited.append(n)
-            else:
-                removed.append(n)
-        return "".join(f"[{n}]" for n in keep)
-
-    cleaned = _CITATION.sub(fix, text)
-    if removed:
-        logger.warning("removed citations not in the evidence: %s", removed)
-    return re.sub(r"[ \t]+([.,;])", r"\1", cleaned), cited, removed
+    citations = StreamingCitationFilter(e.n for e in evidence)
+    citations.feed(text)
+    citations.flush()
+    return citations.text, citations.cited, citations.removed
 
 
 def _sentences(evidence: Evidence) -> list[str]:
@@ -141,7 +227,10 @@ def _evidence_prompt(question: str, evidence: list[Evidence]) -> str:
 
 
 def llm_answer_stream(question: str, evidence: list[Evidence]) -> Iterator[str]:
-    """Stream the LLM's raw answer text (tokens as they arrive). Raises on client errors."""
+    """Stream the LLM's raw answer text (tokens as they arrive). Raises on client errors.
+
+    Closing the generator early closes the HTTP response, so the server stops generating.
+    """
     from django.conf import settings
 
     stream = llm_client().chat.completions.create(
@@ -154,24 +243,70 @@ def llm_answer_stream(question: str, evidence: list[Evidence]) -> Iterator[str]:
         max_tokens=600,
         stream=True,
     )
-    for chunk in stream:
-        if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:
-            yield chunk.choices[0].delta.content
+    with stream:
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:
+                yield chunk.choices[0].delta.content
+
+
+def llm_answered(text: str, cited: list[int]) -> bool:
+    """Whether an LLM answer answers: it cites evidence and does not say the sources lack it."""
+    return bool(cited) and "do not contain" not in text.lower()
+
+
+def synthesize_stream(question: str, evidence: list[Evidence], *, relevant: bool = True) -> Iterator[str | Answer]:
+    """The answer as it is written: text deltas (``str``), then the final :class:`Answer` once.
+
+    With an LLM configured and relevant evidence, the deltas are the LLM's tokens passed through
+    :class:`StreamingCitationFilter` (a number not in ``evidence`` is never yielded), and
+    ``"".join(deltas) == answer.text``. Otherwise the extractive answer, one delta per line.
+    The one place that decides between answering and declining (``relevant`` is the
+    answerability gate's verdict), for the streamed and the non-streamed answer alike.
+
+    If the LLM fails, the answer is the extractive one with ``error`` saying why. When the LLM
+    failed after some text was yielded, that text is superseded: the final ``Answer.text`` is
+    what to show, and no further deltas follow.
+    """
+    if not evidence or not relevant or not llm_configured():
+        answer = extractive_answer(question, evidence, relevant=relevant)
+        yield from answer.text.splitlines(keepends=True)
+        yield answer
+        return
+    citations = StreamingCitationFilter(e.n for e in evidence)
+    try:
+        for token in llm_answer_stream(question, evidence):
+            delta = citations.feed(token)
+            if delta:
+                yield delta
+        tail = citations.flush()
+        if tail:
+            yield tail
+        if not citations.text:
+            raise ValueError("the LLM returned an empty answer")
+    except Exception as exc:
+        logger.warning("LLM synthesizer failed, answering extractively: %s", exc)
+        answer = extractive_answer(question, evidence)
+        answer.error = f"LLM failed: {type(exc).__name__}: {exc}"[:300]
+        if not citations.text:  # nothing shown yet: stream the fallback like any answer
+            yield from answer.text.splitlines(keepends=True)
+        yield answer
+        return
+    text = citations.text
+    yield Answer(
+        text=text,
+        cited=citations.cited,
+        synthesizer="llm",
+        answered=llm_answered(text, citations.cited),
+        removed_citations=citations.removed,
+    )
 
 
 def synthesize(question: str, evidence: list[Evidence], *, relevant: bool = True) -> Answer:
-    """The answer: LLM when configured (falling back to extractive on failure), else extractive."""
-    if not evidence or not relevant:
-        return extractive_answer(question, evidence, relevant=relevant)
-    if llm_configured():
-        try:
-            raw = "".join(llm_answer_stream(question, evidence))
-            text, cited, removed = validate_citations(raw.strip(), evidence)
-            answered = bool(cited) and "do not contain" not in text.lower()
-            return Answer(text=text, cited=cited, synthesizer="llm", answered=answered, removed_citations=removed)
-        except Exception as exc:
-            logger.warning("LLM synthesizer failed, answering extractively: %s", exc)
-            answer = extractive_answer(question, evidence)
-            answer.error = f"LLM failed: {type(exc).__name__}: {exc}"[:300]
-            return answer
-    return extractive_answer(question, evidence)
+    """The answer: LLM when configured (falling back to extractive on failure), else extractive.
+
+    The whole of :func:`synthesize_stream`, without the deltas.
+    """
+    for item in synthesize_stream(question, evidence, relevant=relevant):
+        if isinstance(item, Answer):
+            return item
+    raise AssertionError("synthesize_stream ended without an Answer")

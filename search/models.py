@@ -1,0 +1,80 @@
+"""Asked questions with the answers they got, and the askers' feedback on them."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+
+from kbportal.tenancy import TenantOwned
+
+
+class AnswerRecord(TenantOwned):
+    """One question asked on any surface and the answer it got; feedback attaches to it.
+
+    ``public_id`` is the answer's id in URLs. ``evidence_document_ids`` are the
+    ``sources.Document`` ids shown as evidence, ``cited_document_ids`` those the answer cites
+    (plain ids, not foreign keys: re-ingestion may delete a row, the record keeps its history).
+    ``tools`` is the executor's report (``[{tool, query, rows, ms}]`` or ``{..., error}``).
+    Times are milliseconds; ``first_token_ms`` is from the question to the first answer text.
+    """
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    project = models.ForeignKey("projects.Project", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    question = models.TextField()
+    answer = models.TextField(blank=True)
+    answered = models.BooleanField()
+    planner = models.CharField(max_length=20, blank=True)
+    synthesizer = models.CharField(max_length=20, blank=True)
+    tools = models.JSONField(default=list, blank=True)
+    evidence_document_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    cited_document_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    latency_ms = models.FloatField()
+    first_token_ms = models.FloatField(null=True, blank=True)
+    error = models.TextField(blank=True, help_text="Why the LLM answer was replaced by the extractive one.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["tenant", "created_at"], name="answerrecord_tenant_created")]
+
+    def __str__(self) -> str:
+        return self.question[:80]
+
+
+class AnswerFeedback(TenantOwned):
+    """The asker's thumbs up (+1) or down (-1) on an answer, with an optional comment.
+
+    One vote per user and answer (voting again replaces it). The question, answer text, cited
+    document ids and project are copied from the answer so the feedback reads on its own.
+    """
+
+    class Vote(models.IntegerChoices):
+        UP = 1, "Helpful"
+        DOWN = -1, "Not helpful"
+
+    answer_record = models.ForeignKey(AnswerRecord, on_delete=models.CASCADE, related_name="feedback")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey("projects.Project", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    question = models.TextField()
+    answer = models.TextField(blank=True)
+    cited_document_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    vote = models.SmallIntegerField(choices=Vote.choices)
+    comment = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["answer_record", "user"], name="answerfeedback_one_vote_per_user"),
+            models.CheckConstraint(condition=models.Q(vote__in=[1, -1]), name="answerfeedback_vote_up_or_down"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{'+1' if self.vote > 0 else '-1'} on {self.answer_record_id}"

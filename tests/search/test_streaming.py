@@ -1,0 +1,179 @@
+"""The streamed answer: citation validation over token boundaries, the event stream of
+``ask_stream`` with the extractive synthesizer and with a loopback LLM streaming tokens."""
+
+import json
+import time
+import uuid
+
+import pytest
+
+from search.pipeline.evidence import Evidence
+from search.pipeline.synthesizer import StreamingCitationFilter, validate_citations
+from search.retrieval import EmptyQuery
+from search.services import ask_stream
+from sources.selectors import scope_for_user
+from tests.llm_server import FakeOpenAIServer, ServerError, StreamError
+
+
+def _stream(pieces: list[str], valid=(1, 2)) -> tuple[list[str], StreamingCitationFilter]:
+    citations = StreamingCitationFilter(valid)
+    deltas = [citations.feed(p) for p in pieces] + [citations.flush()]
+    return deltas, citations
+
+
+def test_citation_split_across_tokens_is_held_until_it_closes():
+    deltas, citations = _stream(["Deploy with make [", "1", "]. Tokens rotate [", "1", "2", "]", "."])
+    assert deltas == ["Deploy with make", "", " [1]. Tokens rotate", "", "", "", ".", ""]
+    assert citations.text == "Deploy with make [1]. Tokens rotate."
+    assert citations.cited == [1]
+    assert citations.removed == [12]
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("Deploy with make [2]. Tokens rotate [7]. Both [1, 9].", "Deploy with make [2]. Tokens rotate. Both [1]."),
+        ("  a[b] and [x] stay, [ 1] too [1]  \n", "a[b] and [x] stay, [ 1] too [1]"),
+        ("nested [[2]] and open [1 [2] end [", "nested [[2]] and open [1 [2] end ["),
+        ("[7] leading removed, then [2,1,2]", "leading removed, then [2][1][2]"),
+        ("lines\n\nkeep [1]\n- item [3]\n", "lines\n\nkeep [1]\n- item"),
+    ],
+)
+def test_any_token_split_gives_the_whole_text_result(raw, expected):
+    ev = [Evidence(n=i, document_id=i, kind="doc_section", title="t", url="", text="x", score=0, tool="search")
+          for i in (1, 2)]  # fmt: skip
+    assert validate_citations(raw, ev)[0] == expected
+    for size in (1, 2, 3, 7):
+        deltas, citations = _stream([raw[i : i + size] for i in range(0, len(raw), size)])
+        assert "".join(deltas) == expected, size
+        # No prefix the reader ever saw holds a refused number.
+        shown = ""
+        for delta in deltas:
+            shown += delta
+            assert "[7" not in shown and "[9" not in shown and "[3" not in shown
+
+
+def _events(question, scope):
+    events = list(ask_stream(question, scope))
+    for event in events:
+        json.dumps(event.data)  # every payload goes on the wire as JSON
+    return events
+
+
+@pytest.mark.django_db
+def test_extractive_stream_sends_plan_tools_evidence_tokens_done(kb):
+    from kbportal.tenancy import tenant_context
+    from search.models import AnswerRecord
+
+    events = _events("How do I deploy the billing service?", scope_for_user(kb.acme.admin))
+    types = [e.type for e in events]
+    tokens = [e.data["text"] for e in events if e.type == "token"]
+    assert types[:3] == ["plan", "tools", "evidence"] and types[-1] == "done"
+    assert types[3:-1] == ["token"] * len(tokens) and len(tokens) >= 2
+    plan, tools, evidence, done = events[0].data, events[1].data, events[2].data["evidence"], events[-1].data
+    assert plan["planner"] == "rules" and plan["tools"] == ["search"]
+    assert tools["tools_run"][0]["tool"] == "search" and tools["tools_run"][0]["rows"] == len(evidence)
+    assert [e["n"] for e in evidence] == list(range(1, len(evidence) + 1))
+    assert "".join(tokens) == done["text"]
+    assert done["synthesizer"] == "extractive" and done["answered"] and not done["fallback"]
+    assert "make release" in done["text"] and "[1]" in done["text"]
+    cited = set(done["cited"])
+    assert [s["n"] for s in done["sources"]] == [e["n"] for e in evidence if e["n"] in cited]
+    assert done["sources"][0]["link"] == "https://wiki.acme.example/runbook#deploy"
+    timings = done["timings_ms"]
+    assert 0 < timings["first_token"] <= timings["total"]
+    with tenant_context(kb.acme.tenant.pk):
+        record = AnswerRecord.objects.get(public_id=uuid.UUID(done["answer_id"]))
+    assert record.question == "How do I deploy the billing service?"
+    assert record.user_id == kb.acme.admin.pk and record.answered and record.answer == done["text"]
+    assert record.cited_document_ids == [s["document_id"] for s in done["sources"]]
+    assert record.evidence_document_ids == [e["document_id"] for e in evidence]
+    assert record.first_token_ms == timings["first_token"] and record.latency_ms == timings["total"]
+
+
+@pytest.mark.django_db
+def test_stream_declines_with_no_sources_when_nothing_relevant(kb):
+    done = _events("qwxzy vbnmk plorf", scope_for_user(kb.acme.admin))[-1].data
+    assert not done["answered"] and done["cited"] == [] and done["sources"] == []
+
+
+def test_blank_question_is_refused_before_anything_runs():
+    from sources.selectors import QueryScope
+
+    scope = QueryScope(tenant_id=1, user_id=None, project_id=1, project_slug="p", project_name="P",
+                       allowed_source_ids=())  # fmt: skip
+    with pytest.raises(EmptyQuery):
+        ask_stream("   ", scope)  # raises at the call, not at the first event
+
+
+def _use(settings, server):
+    settings.OPENAI_BASE_URL = server.base_url
+    settings.OPENAI_API_KEY = "test"
+    settings.KB_LLM_MODEL = "test-model"
+
+
+PLAN = json.dumps({"tools": [{"name": "search", "query": "deploy billing service"}]})
+
+
+@pytest.mark.django_db
+def test_llm_tokens_stream_as_they_arrive_and_an_out_of_range_citation_never_reaches_the_client(kb, settings):
+    pieces = ["Run make", " release from the ops repository [", "1", "]. It needs a", " token [", "1", "2", "]", "."]
+
+    def responder(body):
+        return PLAN if body.get("response_format") else pieces
+
+    received: list[tuple[float, object]] = []
+    with FakeOpenAIServer(responder, chunk_delay=0.05) as server:
+        _use(settings, server)
+        for event in ask_stream("How do I deploy the billing service?", scope_for_user(kb.acme.admin)):
+            received.append((time.perf_counter(), event))
+    types = [e.type for _, e in received]
+    tokens = [e.data["text"] for _, e in received if e.type == "token"]
+    done = received[-1][1].data
+    assert types[:3] == ["plan", "tools", "evidence"] and types[-1] == "done"
+    assert len(tokens) >= 5, tokens
+    assert "12" not in "".join(tokens)
+    assert "".join(tokens) == done["text"] == "Run make release from the ops repository [1]. It needs a token."
+    assert done["synthesizer"] == "llm" and done["answered"]
+    assert done["cited"] == [1] and done["removed_citations"] == [12]
+    assert [s["n"] for s in done["sources"]] == [1]
+    assert done["sources"][0]["title"] == "Runbook > Deploying the billing service"
+    # Streamed, not buffered: the first token came while the server was still sending (9 chunks, 50 ms apart).
+    first_token_at = next(t for t, e in received if e.type == "token")
+    assert received[-1][0] - first_token_at > 0.25
+    assert done["timings_ms"]["first_token"] < done["timings_ms"]["total"] - 250
+
+
+@pytest.mark.django_db
+def test_llm_failing_mid_stream_falls_back_to_the_extractive_answer(kb, settings):
+    def responder(body):
+        if body.get("response_format"):
+            return PLAN
+        return ["Run make ", "release [1", "]", StreamError("the model crashed")]
+
+    with FakeOpenAIServer(responder) as server:
+        _use(settings, server)
+        events = _events("How do I deploy the billing service?", scope_for_user(kb.acme.admin))
+    tokens = [e.data["text"] for e in events if e.type == "token"]
+    done = events[-1].data
+    assert "".join(tokens) == "Run make release [1]"  # nothing after the failure
+    assert events[-1].type == "done" and done["fallback"]
+    assert done["synthesizer"] == "extractive" and "the model crashed" in done["error"]
+    assert done["text"].startswith("From the best-matching sources:") and "make release" in done["text"]
+    assert done["cited"] and {s["n"] for s in done["sources"]} == set(done["cited"])
+
+
+@pytest.mark.django_db
+def test_llm_refusing_before_any_token_streams_the_extractive_answer(kb, settings):
+    def responder(body):
+        if body.get("response_format"):
+            return PLAN
+        raise ServerError(503, "overloaded")
+
+    with FakeOpenAIServer(responder) as server:
+        _use(settings, server)
+        events = _events("How do I deploy the billing service?", scope_for_user(kb.acme.admin))
+    tokens = [e.data["text"] for e in events if e.type == "token"]
+    done = events[-1].data
+    assert done["fallback"] and "overloaded" in done["error"]
+    assert tokens and "".join(tokens) == done["text"]
