@@ -1,14 +1,23 @@
-"""The tool registry: name -> callable returning evidence rows for a question in a scope."""
+"""The tool registry (name -> callable returning evidence rows) and the scoped row loader tools share."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from django.db import connection
+
+from kbportal.tenancy import tenant_context
 from search.pipeline.evidence import Evidence
+from search.retrieval import Hit, scope_where_sql
 from sources.selectors import QueryScope
 
 ToolFn = Callable[..., list[Evidence]]
+
+# Modules whose import registers tools; ``load_tools`` imports them all.
+TOOL_MODULES = ("search.tools.search", "search.tools.people")
 
 
 @dataclass(frozen=True)
@@ -29,8 +38,79 @@ def register(name: str, description: str) -> Callable[[ToolFn], ToolFn]:
     return deco
 
 
+def load_tools() -> dict[str, Tool]:
+    """Import every tool module (each registers its tools) and return the registry."""
+    import importlib
+
+    for module in TOOL_MODULES:
+        importlib.import_module(module)
+    return TOOLS
+
+
 def run_tool(name: str, *, query: str, scope: QueryScope, limit: int = 10) -> list[Evidence]:
     """Run a registered tool. Raises ``KeyError`` for an unknown tool name."""
-    import search.tools.search  # noqa: F401  (registers the tools)
-
+    load_tools()
     return TOOLS[name].fn(query=query, scope=scope, limit=limit)
+
+
+_HIT_COLUMNS = """
+    d.id, d.source_id, d.kind, d.title, d.url, d.path, d.start_line, d.end_line, left(d.content, %(content_chars)s),
+    d.text, d.metadata, d.updated_at, d.parent_id, d.external_id, s.public_id
+"""
+
+
+def scoped_hits(
+    scope: QueryScope,
+    *,
+    kinds: Sequence[str] | None = None,
+    where: str = "",
+    params: dict[str, Any] | None = None,
+    order_by: str = "d.id",
+    limit: int = 100,
+    content_chars: int = 400_000,
+) -> list[Hit]:
+    """Rows of the unified table that ``scope`` may read, as :class:`Hit` objects (score 0).
+
+    The scope's condition (tenant, allowed sources, principals; ``search.retrieval.scope_where_sql``)
+    is always applied, inside the scope's tenant context (row-level security on top), and
+    ``where`` (SQL on ``sources_document d`` with ``%(name)s`` placeholders from ``params``)
+    narrows it. ``content`` is cut to ``content_chars`` characters. At most ``limit`` rows, in
+    ``order_by`` order (a trusted SQL fragment, never user text). Empty when the scope allows
+    no source.
+    """
+    if not scope.allowed_source_ids:
+        return []
+    scope_sql, scope_params = scope_where_sql(scope, kinds)
+    all_params = {**(params or {}), **scope_params, "content_chars": content_chars, "row_limit": limit}
+    extra = f" AND ({where})" if where else ""
+    sql = f"""
+        SELECT {_HIT_COLUMNS}
+        FROM sources_document d JOIN sources_datasource s ON s.id = d.source_id
+        WHERE {scope_sql}{extra}
+        ORDER BY {order_by}
+        LIMIT %(row_limit)s
+    """
+    with tenant_context(scope.tenant_id, user_id=scope.user_id), connection.cursor() as cursor:
+        cursor.execute(sql, all_params)
+        rows = cursor.fetchall()
+    return [
+        Hit(
+            document_id=r[0],
+            source_id=r[1],
+            kind=r[2],
+            title=r[3],
+            url=r[4],
+            path=r[5],
+            start_line=r[6],
+            end_line=r[7],
+            content=r[8],
+            text=r[9],
+            # Django registers jsonb to load as text (JSONField decodes it); a raw cursor must too.
+            metadata=json.loads(r[10]) if isinstance(r[10], str) else (r[10] or {}),
+            updated_at=r[11],
+            parent_id=r[12],
+            external_id=r[13],
+            source_public_id=str(r[14]),
+        )
+        for r in rows
+    ]
