@@ -5,6 +5,9 @@ from search import views
 app_name = "search"
 urlpatterns = [
     path("", views.ask_page, name="ask"),
+    path("ask/stream", views.ask_stream_view, name="ask_stream"),
+    path("answers/<uuid:answer_id>/feedback", views.answer_feedback, name="answer_feedback"),
     path("search/", views.search_page, name="search"),
+    path("people/", views.people_page, name="people"),
     path("documents/<uuid:source_public_id>/", views.document_page, name="document"),
 ]

@@ -1,5 +1,7 @@
 """Web surfaces: allauth login, onboarding, the ask and search pages, the admin."""
 
+import re
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
@@ -157,3 +159,136 @@ def test_document_page_is_404_for_outsiders_and_for_restricted_rows(client, kb):
     assert client.get(url, {"id": "hr#salaries"}).status_code == 404
     client.force_login(kb.acme.admin)
     assert client.get(url, {"id": "hr#salaries"}).status_code == 200
+
+
+def _sse(response) -> list[tuple[str, dict]]:
+    """The (event type, JSON data) pairs of a server-sent-events body."""
+    import json
+
+    body = b"".join(response.streaming_content).decode()
+    events = []
+    for block in body.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.split("\n"))
+        events.append((lines["event"], json.loads(lines["data"])))
+    return events
+
+
+@pytest.mark.django_db
+def test_ask_stream_sends_server_sent_events_to_a_member(client, kb):
+    client.force_login(kb.acme_member)
+    response = client.get(reverse("search:ask_stream"), {"q": "How do I deploy the billing service?"})
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/event-stream")
+    assert response["Cache-Control"] == "no-cache" and response["X-Accel-Buffering"] == "no"
+    events = _sse(response)
+    types = [t for t, _ in events]
+    assert types[:3] == ["plan", "tools", "evidence"] and types[-1] == "done" and "token" in types
+    done = events[-1][1]
+    assert "".join(d["text"] for t, d in events if t == "token") == done["text"]
+    assert done["sources"][0]["title"] == "Runbook > Deploying the billing service"
+    assert done["sources"][0]["link"] == "https://wiki.acme.example/runbook#deploy"
+    assert done["answer_id"]
+
+
+@pytest.mark.django_db
+def test_ask_stream_refuses_outsiders_anonymous_and_blank_questions(client, kb):
+    from projects.services import project_create
+
+    project = project_create(tenant_id=kb.acme.tenant.pk, name="Acme stream only")
+    url = reverse("search:ask_stream")
+    assert client.get(url, {"q": "deploy"}).status_code == 302  # to the login page
+    client.force_login(kb.globex.admin)
+    assert client.get(url, {"q": "deploy", "project": project.slug}).status_code == 404
+    assert client.get(url, {"q": "deploy", "project": "<script>"}).status_code == 404
+    client.force_login(kb.acme_member)
+    assert client.get(url, {"q": "deploy", "project": project.slug}).status_code == 200
+    assert client.get(url, {"q": "   "}).status_code == 400
+
+
+def _ask_as(client, user) -> str:
+    client.force_login(user)
+    events = _sse(client.get(reverse("search:ask_stream"), {"q": "How do I deploy the billing service?"}))
+    return events[-1][1]["answer_id"]
+
+
+@pytest.mark.django_db
+def test_feedback_is_stored_for_the_asker_only(client, kb):
+    from kbportal.tenancy import tenant_context
+    from search.models import AnswerFeedback, AnswerRecord
+
+    answer_id = _ask_as(client, kb.acme_member)
+    url = reverse("search:answer_feedback", args=[answer_id])
+    assert client.get(url).status_code == 405
+    response = client.post(url, {"vote": "up", "comment": "exactly what I needed"})
+    assert response.status_code == 302
+    response = client.post(url, {"vote": "down"}, HTTP_ACCEPT="application/json")
+    assert response.status_code == 200 and response.json()["vote"] == -1
+    assert client.post(url, {"vote": "sideways"}).status_code == 400
+    with tenant_context(kb.acme.tenant.pk):
+        record = AnswerRecord.objects.get(public_id=answer_id)
+        feedback = list(AnswerFeedback.objects.filter(answer_record=record))
+    assert len(feedback) == 1  # voting again replaces the vote
+    assert feedback[0].vote == -1 and feedback[0].user_id == kb.acme_member.pk and feedback[0].comment == ""
+    assert feedback[0].question == "How do I deploy the billing service?"
+    assert feedback[0].cited_document_ids == record.cited_document_ids and record.cited_document_ids
+    assert feedback[0].project_id == kb.acme.project.pk
+    # Another user of the same tenant, and another tenant's admin: 404, nothing stored.
+    for other in (kb.acme.admin, kb.globex.admin):
+        client.force_login(other)
+        assert client.post(url, {"vote": "up"}).status_code == 404
+        assert client.post(url, {"vote": "up"}, HTTP_ACCEPT="application/json").status_code == 404
+    with tenant_context(kb.acme.tenant.pk):
+        assert list(AnswerFeedback.objects.values_list("user_id", "vote")) == [(kb.acme_member.pk, -1)]
+
+
+@pytest.mark.django_db
+def test_feedback_needs_the_csrf_token(kb):
+    import re
+
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    answer_id = _ask_as(client, kb.acme_member)
+    url = reverse("search:answer_feedback", args=[answer_id])
+    assert client.post(url, {"vote": "up"}).status_code == 403
+    page = client.get(reverse("search:ask")).content.decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    assert client.post(url, {"vote": "up", "csrfmiddlewaretoken": token}).status_code == 302
+
+
+@pytest.mark.django_db
+def test_ask_page_renders_the_feedback_form_and_the_stream_hooks(client, kb):
+    client.force_login(kb.acme_member)
+    html = client.get(reverse("search:ask"), {"q": "How do I deploy the billing service?"}).content.decode()
+    assert f'data-stream-url="{reverse("search:ask_stream")}"' in html
+    assert 'src="/static/search/ask.js"' in html
+    action = re.search(r'<form class="feedback" method="post" action="(/answers/[0-9a-f-]{36}/feedback)"', html)
+    assert action, "the server-rendered answer carries its feedback form"
+
+
+SCRIPT = '<script>alert("kb")</script>'
+
+
+@pytest.mark.django_db
+def test_a_document_with_a_script_tag_stays_text_on_the_ask_and_people_pages(client, make_tenant, settings):
+    from sources.services import source_create, source_ingest
+
+    settings.KB_CUSTOM_CONNECTORS = {"test_rows": "tests.search.rows_connector.RowsConnector"}
+    t = make_tenant("xss")
+    rows = [
+        {"external_id": "ops#pelican", "kind": "thread", "title": f"Pelican rollout {SCRIPT}",
+         "url": "javascript:alert(1)",
+         "content": f"The pelican rollout needs the flamingo flag turned on first. {SCRIPT}",
+         "metadata": {"author": f"Mallory {SCRIPT}", "participants": ["Trent"]}},
+    ]  # fmt: skip
+    source = source_create(
+        tenant_id=t.tenant.pk, kind="test_rows", name="Ops", config={"rows": rows}, project_ids=[t.project.pk]
+    )
+    assert source_ingest(tenant_id=t.tenant.pk, source_id=source.pk).status == "succeeded"
+    client.force_login(t.admin)
+    for name in ("search:ask", "search:people"):
+        html = client.get(reverse(name), {"q": "pelican rollout flamingo flag"}).content.decode()
+        body = html.split("</header>")[1]
+        assert "Pelican rollout &lt;script&gt;alert(&quot;kb&quot;)&lt;/script&gt;" in body, name
+        assert "<script>alert" not in body and 'href="javascript:' not in body, name
+    assert "Mallory &lt;script&gt;" in html  # the people page names the author, escaped

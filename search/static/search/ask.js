@@ -1,0 +1,177 @@
+// The ask page's streaming answer: server-sent events from /ask/stream (plan, tools, evidence,
+// token..., done; see search.services.AskEvent). Evidence and answers are untrusted text, so
+// everything is rendered with textContent / text nodes, never innerHTML. Without JavaScript the
+// form does a plain GET and the server renders the whole answer.
+(function () {
+  "use strict";
+  const form = document.getElementById("ask-form");
+  if (!form || !window.EventSource || !window.fetch) return;
+  const $ = (id) => document.getElementById(id);
+  const live = $("live");
+  let source = null;
+
+  function node(tag, text, className) {
+    const n = document.createElement(tag);
+    if (text !== undefined && text !== null) n.textContent = String(text);
+    if (className) n.className = className;
+    return n;
+  }
+
+  // Only http(s), mailto and same-site paths become links (the server already checks; this is
+  // the second wall against a "javascript:" URL coming from a document).
+  function safeHref(url) {
+    return typeof url === "string" && /^(https?:\/\/|mailto:|\/(?![\/\\]))/i.test(url) ? url : "";
+  }
+
+  function truncate(text, n) {
+    text = String(text || "");
+    return text.length > n ? text.slice(0, n - 1) + "…" : text;
+  }
+
+  // The answer as text nodes, each validated [n] as a link to its source entry.
+  function renderAnswer(target, text) {
+    target.replaceChildren();
+    const citation = /\[(\d+)\]/g;
+    let last = 0;
+    let m;
+    while ((m = citation.exec(text)) !== null) {
+      target.append(document.createTextNode(text.slice(last, m.index)));
+      const a = node("a", m[0], "cite");
+      a.href = "#source-" + m[1];
+      target.append(a);
+      last = citation.lastIndex;
+    }
+    target.append(document.createTextNode(text.slice(last)));
+  }
+
+  function renderTools(data) {
+    const box = $("live-tools");
+    box.replaceChildren("Tools: ");
+    for (const t of data.tools_run || []) {
+      const label = t.error ? t.tool + " failed" : t.tool + " · " + t.rows + " rows · " + Math.round(t.ms) + " ms";
+      const tag = node("span", label, t.error ? "tag failed" : "tag");
+      if (t.error) tag.title = t.error;
+      box.append(tag, " ");
+    }
+    const errors = $("live-errors");
+    errors.replaceChildren();
+    for (const [call, message] of Object.entries(data.errors || {})) {
+      errors.append(node("p", call + ": " + message, "error"));
+    }
+  }
+
+  function renderSource(ev) {
+    const li = node("li");
+    li.id = "source-" + ev.n;
+    li.value = ev.n;
+    const href = safeHref(ev.link);
+    if (href) {
+      const a = node("a", ev.title);
+      a.href = href;
+      a.rel = "noopener noreferrer";
+      li.append(a);
+    } else {
+      li.append(node("span", ev.title));
+    }
+    const when = ev.updated_at ? " · " + String(ev.updated_at).slice(0, 10) : "";
+    li.append(" ", node("span", ev.kind, "tag"), " ", node("span", (ev.location || "") + when, "muted"));
+    li.append(node("pre", truncate(ev.text, 600)));
+    return li;
+  }
+
+  function renderSources(done, evidence) {
+    const list = $("live-sources");
+    list.replaceChildren();
+    const shown = done.sources && done.sources.length ? done.sources : evidence.slice(0, 5);
+    $("live-sources-title").textContent = done.sources && done.sources.length ? "Sources" : "Closest evidence";
+    for (const ev of shown) list.append(renderSource(ev));
+    $("live-sources-card").hidden = shown.length === 0;
+  }
+
+  function renderFeedback(answerId) {
+    const box = $("live-feedback");
+    box.replaceChildren();
+    if (!answerId) return;
+    const feedbackForm = $("feedback-form").content.firstElementChild.cloneNode(true);
+    feedbackForm.action = form.dataset.feedbackUrl.replace("00000000-0000-0000-0000-000000000000", answerId);
+    feedbackForm.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const body = new FormData(feedbackForm);
+      body.set("vote", event.submitter ? event.submitter.value : "up");
+      const status = feedbackForm.querySelector(".feedback-status");
+      try {
+        const response = await fetch(feedbackForm.action, {
+          method: "POST", body: body, headers: { Accept: "application/json" }, credentials: "same-origin",
+        });
+        status.textContent = response.ok ? "Thanks, recorded." : "Could not record the feedback.";
+      } catch (err) {
+        status.textContent = "Could not record the feedback.";
+      }
+    });
+    box.append(feedbackForm);
+  }
+
+  function start(params) {
+    if (source) source.close();
+    live.hidden = false;
+    $("static-result").hidden = true;
+    for (const id of ["live-tools", "live-errors", "live-answer", "live-meta", "live-feedback", "live-sources"]) {
+      $(id).replaceChildren();
+    }
+    $("live-sources-card").hidden = true;
+    const status = $("live-status");
+    status.className = "muted";
+    status.textContent = "Planning…";
+    const answer = $("live-answer");
+    let evidence = [];
+    let finished = false;
+
+    source = new EventSource(form.dataset.streamUrl + "?" + params.toString());
+    const on = (type, handler) => source.addEventListener(type, (e) => handler(JSON.parse(e.data)));
+    on("plan", (plan) => {
+      status.textContent = "Planner " + plan.planner + " chose " + plan.tools.join(", ") + "; running…";
+    });
+    on("tools", renderTools);
+    on("evidence", (data) => {
+      evidence = data.evidence || [];
+      status.textContent = evidence.length ? "Writing the answer from " + evidence.length + " evidence blocks…" : "";
+    });
+    on("token", (data) => answer.append(document.createTextNode(data.text)));
+    on("done", (done) => {
+      finished = true;
+      source.close();
+      status.textContent = "";
+      renderAnswer(answer, done.text);
+      const t = done.timings_ms || {};
+      let meta = "synthesizer " + done.synthesizer + " · first text after " + Math.round(t.first_token || 0) +
+        " ms · " + Math.round(t.total || 0) + " ms in all";
+      if (done.fallback) meta += " · the LLM failed (" + done.error + "); this is the extractive answer";
+      $("live-meta").textContent = meta;
+      renderSources(done, evidence);
+      renderFeedback(done.answer_id);
+    });
+    on("failed", (data) => {
+      finished = true;
+      source.close();
+      status.className = "error";
+      status.textContent = data.message;
+    });
+    source.addEventListener("error", () => {
+      if (finished) return;
+      source.close(); // never let EventSource reconnect: that would ask the question again
+      status.className = "error";
+      status.replaceChildren("The live answer was interrupted. ");
+      const retry = node("a", "Load the answer without streaming");
+      retry.href = form.action + "?" + params.toString();
+      status.append(retry);
+    });
+  }
+
+  form.addEventListener("submit", (event) => {
+    const params = new URLSearchParams(new FormData(form));
+    if (!(params.get("q") || "").trim()) return; // the server explains an empty question
+    event.preventDefault();
+    history.replaceState(null, "", form.action + "?" + params.toString());
+    start(params);
+  });
+})();
