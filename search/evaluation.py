@@ -41,6 +41,7 @@ class Question:
     type: str
     text: str
     gold: list[dict[str, Any]]
+    facts: list[str] = field(default_factory=list)  # ERB ``answer_facts``: what a good answer states
 
 
 @dataclass
@@ -84,6 +85,7 @@ def load_questions(path: Path) -> list[Question]:
                 type=str(raw.get("type") or raw.get("question_type") or "all"),
                 text=text,
                 gold=gold,
+                facts=[str(f) for f in raw.get("answer_facts") or [] if str(f).strip()],
             )
         )
     return questions

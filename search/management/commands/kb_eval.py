@@ -1,8 +1,10 @@
-"""``manage.py kb_eval --set fastapi|erb [--questions FILE] [--json] [--rankers lexical,dense,symbol,recency]``.
+"""``manage.py kb_eval --set fastapi|erb [--questions FILE] [--json] [--rankers LIST] [--answers]``.
 
 Indexes the set's corpus into a dedicated evaluation tenant (``eval-<set>``) first; re-runs are
 idempotent and re-embed nothing unless the corpus changed. Then reports recall@1/3/10, MRR and
-nDCG@10 per question type and overall, and search latency p50/p95.
+nDCG@10 per question type and overall, and search latency p50/p95. ``--answers`` runs the
+whole ask pipeline instead and reports declines, facts stated, citation validity and latency
+(``search.evaluation_answers``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from kbportal.tenancy import tenant_context
 from projects.models import Project, Tenant
 from projects.services import project_create
 from search.evaluation import EvalInputError, evaluate, fastapi_source_checkout, load_questions
+from search.evaluation_answers import evaluate_answers
 from search.retrieval import ALL_RANKERS, OPTIONAL_RANKERS
 from sources.models import DataSource
 from sources.selectors import scope_for_operator
@@ -78,8 +81,13 @@ class Command(BaseCommand):
             "--rankers", help="comma-separated rankers (default lexical,dense,symbol; recency is opt-in)"
         )
         parser.add_argument("--skip-index", action="store_true", help="use the index as it is")
+        parser.add_argument(
+            "--answers", action="store_true", help="evaluate whole answers (declines, facts, citations, latency)"
+        )
 
-    def handle(self, *args, set_name, questions=None, json=False, rankers=None, skip_index=False, **options):
+    def handle(
+        self, *args, set_name, questions=None, json=False, rankers=None, skip_index=False, answers=False, **options
+    ):
         qpath = Path(questions) if questions else SHARED / "eval" / set_name / "questions.jsonl"
         try:
             qs = load_questions(qpath)
@@ -93,6 +101,16 @@ class Command(BaseCommand):
         known = set(ALL_RANKERS) | set(OPTIONAL_RANKERS)
         if ranker_list is not None and (not ranker_list or set(ranker_list) - known):
             raise CommandError(f"--rankers {rankers!r}: choose from {', '.join(sorted(known))}")
+        if answers:
+            report = evaluate_answers(qs, scope)
+            report["set"] = set_name
+            if json:
+                import json as jsonlib
+
+                self.stdout.write(jsonlib.dumps(report, indent=2))
+            else:
+                self._print_answers(report)
+            return
         report = evaluate(qs, scope, rankers=ranker_list)
         report["set"] = set_name
         report["questions_file"] = str(qpath)
@@ -139,3 +157,21 @@ class Command(BaseCommand):
             self.stdout.write(f"{name:<16}" + "".join(f"{row.get(c, ''):>10}" for c in cols))
         lat = report.get("latency_ms") or {}
         self.stdout.write(f"search latency: p50 {lat.get('p50')} ms, p95 {lat.get('p95')} ms")
+
+    def _print_answers(self, report: dict) -> None:
+        cols = ["n", "declined", "facts", "cited_gold"]
+        self.stdout.write(f"{'type':<16}" + "".join(f"{c:>12}" for c in cols))
+        for name, row in [*report["by_type"].items(), ("OVERALL", report["overall"])]:
+            cells = "".join(f"{'-' if row.get(c) is None else row[c]:>12}" for c in cols)
+            self.stdout.write(f"{name:<16}" + cells)
+        cit, lat = report["citations"], report["latency_ms"]
+        self.stdout.write(
+            f"unanswerable declined: {report['unanswerable_declined']}; "
+            f"answerable declined: {report['answerable_declined']}"
+        )
+        self.stdout.write(f"citations: {cit['valid']} valid, {cit['removed']} removed, validity {cit['validity']}")
+        self.stdout.write(
+            f"first token: p50 {lat['first_token_p50']} ms, p95 {lat['first_token_p95']} ms; "
+            f"total: p50 {lat['total_p50']} ms, p95 {lat['total_p95']} ms "
+            f"(synthesizer: {', '.join(report['synthesizers'])})"
+        )
