@@ -328,3 +328,15 @@ def test_admin_shows_the_prefix_never_the_hash(client, committed_token):
         assert f"kb_{token.prefix}_" in html, url
         assert token.token_hash not in html and raw.split("_", 2)[2] not in html, url
     assert client.get("/admin/projects/apitoken/add/").status_code == 403
+
+
+@pytest.mark.django_db(databases=["default", "owner"])
+def test_admin_revoke_action_revokes(client, committed_token):
+    token, raw = committed_token
+    staff = get_user_model().objects.create_superuser("tok-operator2", "op2@tok.example", "pw-operator-123")
+    client.force_login(staff)
+    response = client.post("/admin/projects/apitoken/", {"action": "revoke", "_selected_action": [token.pk]})
+    assert response.status_code == 302
+    with pytest.raises(ApiTokenRejected) as exc:
+        api_token_authenticate(raw)  # rolled back with the test: the committed token stays usable elsewhere
+    assert exc.value.reason == "revoked"
