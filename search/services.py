@@ -20,7 +20,7 @@ from projects.selectors import membership_list_for_user
 from search.models import AnswerFeedback, AnswerRecord
 from search.pipeline.evidence import Evidence
 from search.pipeline.executor import execute_plan
-from search.pipeline.gate import evidence_answers
+from search.pipeline.gate import judge
 from search.pipeline.planner import make_plan
 from search.pipeline.synthesizer import Answer, synthesize_stream
 from search.retrieval import clean_query, scope_where_sql
@@ -131,9 +131,9 @@ def _ask_events(question: str, scope: QueryScope, *, limit: int) -> Iterator[Ask
     yield AskEvent("evidence", {"evidence": [e.as_dict() for e in execution.evidence]})
 
     t_synth = time.perf_counter()
-    relevant = evidence_answers(question, execution.evidence)
+    verdict = judge(question, execution.evidence, scope)
     answer: Answer | None = None
-    for item in synthesize_stream(question, execution.evidence, relevant=relevant):
+    for item in synthesize_stream(question, execution.evidence, verdict=verdict):
         if isinstance(item, Answer):
             answer = item
             break

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from search.llm import llm_client, llm_configured
 from search.pipeline.evidence import Evidence
+from search.pipeline.gate import Verdict, missing_terms_note, text_declines
 
 logger = logging.getLogger(__name__)
 
@@ -187,21 +188,28 @@ def _describe(question_terms: set[str], ev: Evidence) -> str:
     return f"{ev.title}: {sentence}" if sentence else ev.title
 
 
-def extractive_answer(question: str, evidence: list[Evidence], *, relevant: bool = True) -> Answer:
+def extractive_answer(question: str, evidence: list[Evidence], *, verdict: Verdict | None = None) -> Answer:
     """Point at the best evidence: up to three relevant blocks in retrieval order, each with
     its most question-like sentence (code: symbol and location), each cited ``[n]``.
 
     Retrieval already ranked the blocks (RRF, reranking), so the order is kept. Says plainly
-    when there is no evidence or none of it is relevant.
+    when there is no evidence or none of it is relevant; when the question names things no
+    source mentions (``verdict.coverage.partial``), opens with the gate's missing-terms note and
+    counts as declined (``answered`` false) while still pointing at the closest sources.
     """
-    if not evidence or not relevant:
-        return Answer(text=NOT_FOUND, cited=[], synthesizer="extractive", answered=False)
-    q = _terms(question)
-    picked = [ev for ev in evidence if ev.is_relevant][:EXTRACTIVE_BLOCKS]
+    verdict = verdict or Verdict(relevant=True)
+    picked = [ev for ev in evidence if ev.is_relevant][:EXTRACTIVE_BLOCKS] if verdict.relevant else []
     if not picked:
         return Answer(text=NOT_FOUND, cited=[], synthesizer="extractive", answered=False)
-    lines = ["From the best-matching sources:"] + [f"- {_describe(q, ev)} [{ev.n}]" for ev in picked]
-    return Answer(text="\n".join(lines), cited=[ev.n for ev in picked], synthesizer="extractive", answered=True)
+    q = _terms(question)
+    partial = verdict.coverage.partial
+    header = (
+        [missing_terms_note(verdict.coverage), "The closest sources:"]
+        if partial
+        else ["From the best-matching sources:"]
+    )
+    lines = header + [f"- {_describe(q, ev)} [{ev.n}]" for ev in picked]
+    return Answer(text="\n".join(lines), cited=[ev.n for ev in picked], synthesizer="extractive", answered=not partial)
 
 
 SYSTEM_PROMPT = (
@@ -217,16 +225,23 @@ LLM_EVIDENCE_BLOCKS = 8
 LLM_BLOCK_CHARS = 700  # 8 x 700 characters keeps the prompt near 1,500 tokens (small local models)
 
 
-def _evidence_prompt(question: str, evidence: list[Evidence]) -> str:
+def _evidence_prompt(question: str, evidence: list[Evidence], *, missing: Sequence[str] = ()) -> str:
     blocks = []
     for ev in evidence[:LLM_EVIDENCE_BLOCKS]:
         when = f" ({ev.updated_at.date().isoformat()})" if ev.updated_at else ""
         context = f"\n(context: {ev.context[:300]})" if ev.context else ""
         blocks.append(f"[{ev.n}] {ev.title} — {ev.location}{when}\n{ev.text[:LLM_BLOCK_CHARS]}{context}")
-    return "Evidence:\n\n" + "\n\n".join(blocks) + f"\n\nQuestion: {question}\nAnswer with citations:"
+    note = ""
+    if missing:
+        names = ", ".join(f'"{t}"' for t in missing)
+        note = (
+            f"\n\nNote: no source mentions {names}. Say which parts of the question the evidence does "
+            "not answer; answer only the parts it does."
+        )
+    return "Evidence:\n\n" + "\n\n".join(blocks) + f"{note}\n\nQuestion: {question}\nAnswer with citations:"
 
 
-def llm_answer_stream(question: str, evidence: list[Evidence]) -> Iterator[str]:
+def llm_answer_stream(question: str, evidence: list[Evidence], *, missing: Sequence[str] = ()) -> Iterator[str]:
     """Stream the LLM's raw answer text (tokens as they arrive). Raises on client errors.
 
     Closing the generator early closes the HTTP response, so the server stops generating.
@@ -237,7 +252,7 @@ def llm_answer_stream(question: str, evidence: list[Evidence]) -> Iterator[str]:
         model=settings.KB_LLM_MODEL,
         messages=[
             {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": _evidence_prompt(question, evidence)},
+            {"role": "user", "content": _evidence_prompt(question, evidence, missing=missing)},
         ],
         temperature=0.1,
         max_tokens=600,
@@ -250,31 +265,42 @@ def llm_answer_stream(question: str, evidence: list[Evidence]) -> Iterator[str]:
 
 
 def llm_answered(text: str, cited: list[int]) -> bool:
-    """Whether an LLM answer answers: it cites evidence and does not say the sources lack it."""
-    return bool(cited) and "do not contain" not in text.lower()
+    """Whether an LLM answer answers: it cites evidence and does not say the sources lack it
+    (``search.pipeline.gate.text_declines``)."""
+    return bool(cited) and not text_declines(text)
 
 
-def synthesize_stream(question: str, evidence: list[Evidence], *, relevant: bool = True) -> Iterator[str | Answer]:
+def synthesize_stream(
+    question: str, evidence: list[Evidence], *, verdict: Verdict | None = None
+) -> Iterator[str | Answer]:
     """The answer as it is written: text deltas (``str``), then the final :class:`Answer` once.
 
     With an LLM configured and relevant evidence, the deltas are the LLM's tokens passed through
     :class:`StreamingCitationFilter` (a number not in ``evidence`` is never yielded), and
     ``"".join(deltas) == answer.text``. Otherwise the extractive answer, one delta per line.
-    The one place that decides between answering and declining (``relevant`` is the
-    answerability gate's verdict), for the streamed and the non-streamed answer alike.
+    The one place that decides between answering and declining (``verdict`` is the
+    answerability gate's, default: relevant and fully covered), for the streamed and the
+    non-streamed answer alike. A partial verdict (the question names terms no readable source
+    mentions) opens the answer with the gate's missing-terms note, tells the LLM which terms are
+    missing, and marks the answer declined.
 
     If the LLM fails, the answer is the extractive one with ``error`` saying why. When the LLM
     failed after some text was yielded, that text is superseded: the final ``Answer.text`` is
     what to show, and no further deltas follow.
     """
-    if not evidence or not relevant or not llm_configured():
-        answer = extractive_answer(question, evidence, relevant=relevant)
+    verdict = verdict or Verdict(relevant=True)
+    if not evidence or not verdict.relevant or not llm_configured():
+        answer = extractive_answer(question, evidence, verdict=verdict)
         yield from answer.text.splitlines(keepends=True)
         yield answer
         return
+    partial = verdict.coverage.partial
+    note = missing_terms_note(verdict.coverage) + "\n\n" if partial else ""
     citations = StreamingCitationFilter(e.n for e in evidence)
+    if note:
+        yield note
     try:
-        for token in llm_answer_stream(question, evidence):
+        for token in llm_answer_stream(question, evidence, missing=verdict.coverage.unknown if partial else ()):
             delta = citations.feed(token)
             if delta:
                 yield delta
@@ -285,28 +311,28 @@ def synthesize_stream(question: str, evidence: list[Evidence], *, relevant: bool
             raise ValueError("the LLM returned an empty answer")
     except Exception as exc:
         logger.warning("LLM synthesizer failed, answering extractively: %s", exc)
-        answer = extractive_answer(question, evidence)
+        answer = extractive_answer(question, evidence, verdict=verdict)
         answer.error = f"LLM failed: {type(exc).__name__}: {exc}"[:300]
-        if not citations.text:  # nothing shown yet: stream the fallback like any answer
+        if not citations.text and not note:  # nothing shown yet: stream the fallback like any answer
             yield from answer.text.splitlines(keepends=True)
         yield answer
         return
-    text = citations.text
+    text = note + citations.text
     yield Answer(
         text=text,
         cited=citations.cited,
         synthesizer="llm",
-        answered=llm_answered(text, citations.cited),
+        answered=not partial and llm_answered(citations.text, citations.cited),
         removed_citations=citations.removed,
     )
 
 
-def synthesize(question: str, evidence: list[Evidence], *, relevant: bool = True) -> Answer:
+def synthesize(question: str, evidence: list[Evidence], *, verdict: Verdict | None = None) -> Answer:
     """The answer: LLM when configured (falling back to extractive on failure), else extractive.
 
     The whole of :func:`synthesize_stream`, without the deltas.
     """
-    for item in synthesize_stream(question, evidence, relevant=relevant):
+    for item in synthesize_stream(question, evidence, verdict=verdict):
         if isinstance(item, Answer):
             return item
     raise AssertionError("synthesize_stream ended without an Answer")
