@@ -131,3 +131,32 @@ def test_synthesizer_failure_falls_back_to_extractive(kb, settings):
     assert result.answer.synthesizer == "extractive"
     assert "503" in result.answer.error or "overloaded" in result.answer.error
     assert result.answer.cited
+
+
+PARTIAL_QUESTION = "How is the per-request CO2e of the billing service computed with kv_crc?"
+
+
+@pytest.mark.django_db
+def test_a_question_naming_what_no_source_mentions_is_declined_with_the_missing_terms(kb):
+    result = ask(PARTIAL_QUESTION, scope_for_user(kb.acme.admin))
+    assert not result.answer.answered
+    assert result.answer.text.startswith("The sources do not mention “CO2e”, “kv_crc”")
+    # It still points at the closest (billing) sources, cited like any answer.
+    assert result.answer.cited and "billing" in result.sources[0].title.lower()
+    covered = ask("How do I deploy the billing service?", scope_for_user(kb.acme.admin))
+    assert covered.answer.answered and "do not mention" not in covered.answer.text
+
+
+@pytest.mark.django_db
+def test_llm_is_told_the_missing_terms_and_the_answer_opens_with_the_note(kb, settings):
+    plan = json.dumps({"tools": [{"name": "search", "query": "billing CO2e"}]})
+    with FakeOpenAIServer(
+        lambda body: plan if body.get("response_format") else "Billing deploys with make release [1]."
+    ) as server:
+        settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY, settings.KB_LLM_MODEL = server.base_url, "k", "m"
+        result = ask(PARTIAL_QUESTION, scope_for_user(kb.acme.admin))
+        prompt = server.requests[-1]["body"]["messages"][-1]["content"]
+    assert 'no source mentions "CO2e", "kv_crc"' in prompt
+    assert result.answer.synthesizer == "llm" and not result.answer.answered
+    assert result.answer.text.startswith("The sources do not mention “CO2e”, “kv_crc”")
+    assert result.answer.text.endswith("Billing deploys with make release [1].")
