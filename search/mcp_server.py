@@ -11,7 +11,7 @@ Inputs are narrow: ``query`` (1..1000 characters), ``limit`` (1..20, default 10)
 optional ``project`` slug. Every call authenticates its API token again
 (``projects.selectors.api_token_authenticate``: revoked, expired or forged tokens are refused
 mid-session too) and builds the :class:`~sources.selectors.QueryScope` from the token's tenant,
-user and project (:func:`scope_for_token`), so rows outside the tenant, the project's sources or
+user and project (``sources.selectors.scope_for_token``), so rows outside the tenant, the project's sources or
 the user's principals are never read. Django ORM work runs in worker threads
 (``anyio.to_thread``), each call on a fresh connection closed afterwards.
 
@@ -36,21 +36,13 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from kbportal.tenancy import tenant_context
-from projects.selectors import (
-    ApiTokenRejected,
-    ScopeNotFound,
-    TokenIdentity,
-    api_token_authenticate,
-    api_token_project,
-)
+from projects.selectors import ApiTokenRejected, ScopeNotFound, api_token_authenticate
 from projects.services import api_token_touch
 from search.pipeline.evidence import Evidence
 from search.retrieval import EmptyQuery
 from search.tools.base import run_tool
 from search.tools.people import who_knows
-from sources.models import ProjectSource
-from sources.selectors import QueryScope, user_principals
+from sources.selectors import QueryScope, scope_for_token
 
 SERVER_NAME = "kbportal"
 MAX_LIMIT = 20
@@ -109,28 +101,6 @@ class ExpertResults(BaseModel):
 
     project: str
     experts: list[ExpertItem]
-
-
-def scope_for_token(identity: TokenIdentity, project_slug: str | None = None) -> QueryScope:
-    """The :class:`QueryScope` of a call made with an authenticated token.
-
-    Tenant and user are the token's; the project is ``project_slug`` or the token's default
-    (``projects.selectors.api_token_project``: a pinned token cannot switch); the allowed data
-    sources are the project's; principals are the user's (none for a service token, which so
-    never reads restricted rows). Raises ``ScopeNotFound``.
-    """
-    project = api_token_project(identity, project_slug)
-    with tenant_context(identity.tenant_id, user_id=identity.user_id):
-        source_ids = tuple(ProjectSource.objects.filter(project=project).values_list("source_id", flat=True))
-    return QueryScope(
-        tenant_id=identity.tenant_id,
-        user_id=identity.user_id,
-        project_id=project.pk,
-        project_slug=project.slug,
-        project_name=project.name,
-        allowed_source_ids=source_ids,
-        principals=user_principals(identity.user) if identity.user is not None else (),
-    )
 
 
 def _authorized_scope(raw_token: str, project: str | None) -> QueryScope:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from kbportal.tenancy import tenant_context
 from projects.models import Profile, Project, Tenant
-from projects.selectors import ScopeNotFound, user_tenant_id
+from projects.selectors import ScopeNotFound, TokenIdentity, api_token_project, user_tenant_id
 from sources.models import DataSource, Document, ProjectSource
 
 
@@ -87,6 +87,28 @@ def scope_for_user(user, project_slug: str | None = None) -> QueryScope:
         project_name=project.name,
         allowed_source_ids=source_ids,
         principals=user_principals(user),
+    )
+
+
+def scope_for_token(identity: TokenIdentity, project_slug: str | None = None) -> QueryScope:
+    """The :class:`QueryScope` of a call made with an authenticated API token.
+
+    Tenant and user are the token's; the project is ``project_slug`` or the token's default
+    (``projects.selectors.api_token_project``: a pinned token cannot switch); the allowed data
+    sources are the project's; principals are the user's (none for a service token, which so
+    never reads restricted rows). Raises ``ScopeNotFound`` (-> 404).
+    """
+    project = api_token_project(identity, project_slug)
+    with tenant_context(identity.tenant_id, user_id=identity.user_id):
+        source_ids = tuple(ProjectSource.objects.filter(project=project).values_list("source_id", flat=True))
+    return QueryScope(
+        tenant_id=identity.tenant_id,
+        user_id=identity.user_id,
+        project_id=project.pk,
+        project_slug=project.slug,
+        project_name=project.name,
+        allowed_source_ids=source_ids,
+        principals=user_principals(identity.user) if identity.user is not None else (),
     )
 
 
