@@ -1,4 +1,8 @@
-"""Retrieval tools over the unified table: ``search``, ``search_slack``, ``search_code``, ``recent_prs``."""
+"""Retrieval tools over the unified table: ``search``, ``search_slack``, ``recent_prs``.
+
+The other tools live in their own modules: ``search_code`` in ``search.tools.code``, ``who_knows``
+in ``search.tools.people``, ``subsystem_index`` in ``search.tools.subsystems``.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ from search.tools.base import register
 from sources.selectors import QueryScope
 
 SLACK_KINDS = ("thread", "conversation", "burst")
-CODE_KINDS = ("code_file", "code_chunk")
 HISTORY_KINDS = ("commit", "pr")
 
 
@@ -22,12 +25,6 @@ def search(*, query: str, scope: QueryScope, limit: int = 10) -> list[Evidence]:
 def search_slack(*, query: str, scope: QueryScope, limit: int = 10) -> list[Evidence]:
     hits = hybrid_search(query, scope, limit=limit, kinds=SLACK_KINDS).hits
     return [evidence_from_hit(h, tool="search_slack") for h in hits]
-
-
-@register("search_code", "Search code files and code chunks only (functions, classes).")
-def search_code(*, query: str, scope: QueryScope, limit: int = 10) -> list[Evidence]:
-    hits = hybrid_search(query, scope, limit=limit, kinds=CODE_KINDS).hits
-    return [evidence_from_hit(h, tool="search_code") for h in hits]
 
 
 @register("recent_prs", "Commits and pull requests relevant to the question, newest first among the relevant.")
