@@ -17,7 +17,7 @@ from sources.selectors import QueryScope
 ToolFn = Callable[..., list[Evidence]]
 
 # Modules whose import registers tools; ``load_tools`` imports them all.
-TOOL_MODULES = ("search.tools.search", "search.tools.code", "search.tools.people")
+TOOL_MODULES = ("search.tools.search", "search.tools.code", "search.tools.people", "search.tools.subsystems")
 
 
 @dataclass(frozen=True)
