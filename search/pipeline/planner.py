@@ -13,9 +13,12 @@ import re
 from dataclasses import dataclass, field
 
 from search.llm import llm_client, llm_configured
-from search.tools.base import TOOLS
+from search.tools.base import TOOLS, load_tools
 
 logger = logging.getLogger(__name__)
+
+# Every tool the planner may pick (each registered by a module in ``search.tools``).
+PLANNED_TOOLS = ("search", "search_slack", "search_code", "recent_prs", "who_knows", "subsystem_index")
 
 PLAN_SCHEMA = {
     "type": "object",
@@ -25,7 +28,7 @@ PLAN_SCHEMA = {
             "items": {
                 "type": "object",
                 "properties": {
-                    "name": {"type": "string", "enum": ["search", "search_slack", "search_code", "recent_prs"]},
+                    "name": {"type": "string", "enum": list(PLANNED_TOOLS)},
                     "query": {"type": "string"},
                 },
                 "required": ["name", "query"],
@@ -64,9 +67,28 @@ _HISTORY = re.compile(
 )
 
 
+_PEOPLE = re.compile(
+    r"\bwho\s+(knows|owns|owned|maintains|maintained|wrote|built|(has\s+)?worked\s+on|works\s+on|"
+    r"(is|are)\s+(the\s+|our\s+)?(experts?|owners?|maintainers?|go-to))\b|"
+    r"\bexperts?\s+(on|in|for)\b|\bwho\s+should\s+I\s+ask\b",
+    re.I,
+)
+_SUBSYSTEM = re.compile(
+    r"\bwhich\s+(module|file|package|component|subsystem|part\s+of\s+the\s+code)s?\b|"
+    r"\bwhere\s+(is|are)\b.{1,80}?\bimplemented\b|"
+    r"\bwhat\s+(does|do)\s+(the\s+)?([\w./-]+\s+)?(module|file|package|subsystem)\b|"
+    r"\bwhat\s+(does|do)\s+[\w-]+(\.\w+)+\s+do\b|"
+    r"\boverview\s+of\b",
+    re.I,
+)
+
+
 def rule_plan(question: str) -> Plan:
     """Deterministic plan: always ``search``; a named identifier or quoted string adds
-    ``search_code``; Slack words add ``search_slack``; history words add ``recent_prs``."""
+    ``search_code``; Slack words add ``search_slack``; history words add ``recent_prs``; "who
+    knows / owns / worked on", "who is the expert", "expert on" add ``who_knows``; "which
+    module/file", "where is X implemented", "what does module/file X do", "overview of" add
+    ``subsystem_index``. Tools come in that order, each once."""
     calls = [PlannedCall("search", question)]
     if _IDENTIFIER.search(question) or '"' in question:
         calls.append(PlannedCall("search_code", question))
@@ -74,6 +96,10 @@ def rule_plan(question: str) -> Plan:
         calls.append(PlannedCall("search_slack", question))
     if _HISTORY.search(question):
         calls.append(PlannedCall("recent_prs", question))
+    if _PEOPLE.search(question):
+        calls.append(PlannedCall("who_knows", question))
+    if _SUBSYSTEM.search(question):
+        calls.append(PlannedCall("subsystem_index", question))
     return Plan(calls=calls, planner="rules")
 
 
@@ -85,7 +111,7 @@ def _index_description(indexed_kinds: dict[str, int]) -> str:
 
 def llm_plan(question: str, *, indexed_kinds: dict[str, int], tries: int = 2) -> Plan:
     """Ask the LLM for a plan (strict JSON schema); ``search`` alone after ``tries`` failures."""
-    tools = "\n".join(f"- {t.name}: {t.description}" for t in TOOLS.values())
+    tools = "\n".join(f"- {t.name}: {t.description}" for t in load_tools().values() if t.name in PLANNED_TOOLS)
     messages = [
         {
             "role": "system",
@@ -119,7 +145,7 @@ def llm_plan(question: str, *, indexed_kinds: dict[str, int], tries: int = 2) ->
             calls = [
                 PlannedCall(str(item["name"]), str(item.get("query") or question).strip() or question)
                 for item in data["tools"]
-                if item.get("name") in TOOLS
+                if item.get("name") in TOOLS and item.get("name") in PLANNED_TOOLS
             ]
             if not calls:
                 raise ValueError("plan names no known tool")
@@ -134,8 +160,7 @@ def llm_plan(question: str, *, indexed_kinds: dict[str, int], tries: int = 2) ->
 
 def make_plan(question: str, *, indexed_kinds: dict[str, int]) -> Plan:
     """The plan for ``question``: LLM planner when configured, else the rule-based one."""
-    import search.tools.search  # noqa: F401  (registers the tools)
-
+    load_tools()
     if llm_configured():
         return llm_plan(question, indexed_kinds=indexed_kinds)
     return rule_plan(question)

@@ -1,0 +1,109 @@
+"""The planner: the rule-based routes (people, modules, code, Slack, history) and the LLM plan's
+tool vocabulary (every planned tool is registered, and the LLM may pick the new ones)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from search.pipeline.planner import PLAN_SCHEMA, PLANNED_TOOLS, llm_plan, rule_plan
+from search.tools.base import load_tools
+from tests.llm_server import FakeOpenAIServer
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Who knows about the billing retry logic?",
+        "who owns the deploy pipeline",
+        "Who is the expert on OAuth2 scopes?",
+        "who are our experts in Kubernetes networking",
+        "I need an expert on log retention",
+        "who worked on the Northstar Bank exception?",
+        "who has worked on websockets",
+        "who maintains the docs site?",
+    ],
+)
+def test_people_questions_add_who_knows_after_search(question):
+    names = rule_plan(question).tool_names
+    assert names[0] == "search" and "who_knows" in names
+    assert "subsystem_index" not in names
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Which module handles OAuth2 password forms?",
+        "which files deal with background tasks",
+        "Where is request validation implemented?",
+        "what does the encoders module do?",
+        "What does module security do",
+        "what does fastapi.routing do?",
+        "what does routing.py do",
+        "Give me an overview of the security package",
+    ],
+)
+def test_module_questions_add_subsystem_index(question):
+    names = rule_plan(question).tool_names
+    assert names[0] == "search" and "subsystem_index" in names
+    assert "who_knows" not in names
+
+
+@pytest.mark.parametrize(
+    ("question", "tools"),
+    [
+        ("how do vacations work", ["search"]),
+        ("where is compute_backoff defined", ["search", "search_code"]),
+        ("what did the team discuss in the billing channel", ["search", "search_slack"]),
+        ("what changed recently in billing", ["search", "recent_prs"]),
+        ("who knows why jsonable_encoder changed recently?", ["search", "search_code", "recent_prs", "who_knows"]),
+        ("which file defines get_authorization_scheme_param?", ["search", "search_code", "subsystem_index"]),
+        ("who is the owner of the vacation policy", ["search", "who_knows"]),
+        ("what is the file size limit for uploads?", ["search"]),
+        ("whose turn is it to do the standup?", ["search"]),
+    ],
+)
+def test_existing_rules_are_kept_and_tools_come_once_in_order(question, tools):
+    assert rule_plan(question).tool_names == tools
+    assert rule_plan(question).planner == "rules"
+
+
+def test_the_schema_names_exactly_the_registered_planned_tools():
+    registered = load_tools()
+    enum = PLAN_SCHEMA["properties"]["tools"]["items"]["properties"]["name"]["enum"]
+    assert enum == list(PLANNED_TOOLS)
+    assert set(PLANNED_TOOLS) <= set(registered)
+    assert {"who_knows", "subsystem_index"} <= set(enum)
+
+
+def test_llm_plan_may_pick_who_knows_and_subsystem_index(settings):
+    seen: list[dict] = []
+
+    def responder(body):
+        seen.append(body)
+        return json.dumps(
+            {
+                "tools": [
+                    {"name": "who_knows", "query": "retry logic owner"},
+                    {"name": "subsystem_index", "query": "retry module"},
+                    {"name": "drop_tables", "query": "x"},
+                ]
+            }
+        )
+
+    with FakeOpenAIServer(responder) as server:
+        settings.OPENAI_BASE_URL = server.base_url
+        settings.OPENAI_API_KEY = "test"
+        settings.KB_LLM_MODEL = "test-model"
+        plan = llm_plan("who owns the retry module?", indexed_kinds={"code_file": 3})
+    assert plan.planner == "llm"
+    assert [(c.tool, c.query) for c in plan.calls] == [
+        ("search", "who owns the retry module?"),
+        ("who_knows", "retry logic owner"),
+        ("subsystem_index", "retry module"),
+    ]
+    sent = seen[0]["response_format"]["json_schema"]["schema"]
+    assert sent["properties"]["tools"]["items"]["properties"]["name"]["enum"] == list(PLANNED_TOOLS)
+    system = seen[0]["messages"][0]["content"]
+    assert "- who_knows:" in system and "- subsystem_index:" in system
