@@ -59,6 +59,8 @@ INSTALLED_APPS = [
     "allauth",
     "allauth.account",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "kbportal",
     "projects",
     "sources",
@@ -131,9 +133,39 @@ CSRF_COOKIE_HTTPONLY = False
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
+# DRF (the /api/v1/ API): a bearer API token, else the browser session (CSRF enforced); JSON
+# only; every error as JSON (search.api.errors); throttles per token or user, per
+# KB_API_THROTTLE_ASK (POST /api/v1/ask) and KB_API_THROTTLE (the rest), e.g. "30/min".
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "search.api.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "search.api.errors.api_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_RATES": {
+        "ask": os.environ.get("KB_API_THROTTLE_ASK", "30/min"),
+        "api": os.environ.get("KB_API_THROTTLE", "120/min"),
+    },
+}
+
+# OpenAPI schema at /api/v1/schema, Swagger UI at /api/v1/docs (assets from the sidecar package:
+# no CDN, works offline). The schema and docs are public; every endpoint needs a token or login.
+SPECTACULAR_SETTINGS = {
+    "TITLE": "kbportal API",
+    "DESCRIPTION": "Ask cited questions, search, find people and manage ingestion of a kbportal "
+    "knowledge base. Authenticate with `Authorization: Bearer kb_<prefix>_<secret>` "
+    "(`manage.py api_token create`). Errors are JSON: `{error, field, code, request_id}`.",
+    "VERSION": "1",
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_AUTHENTICATION": [],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # Celery: Redis when configured, else kombu's filesystem transport (no server to run).
