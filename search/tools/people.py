@@ -182,10 +182,13 @@ class _Identities:
             key = self.parent[key]
         return key
 
-    def add(self, mention: Mention) -> str:
+    def add(self, mention: Mention) -> str | None:
+        """Record a mention; returns its identity key, ``None`` when it has no usable name or email."""
         keys = [k for k in (person_key(mention.name) if mention.name else "", mention.email) if k]
         if mention.email and email_key(mention.email):
             keys.append(email_key(mention.email))
+        if not keys:
+            return None
         root = self._find(keys[0])
         for key in keys[1:]:
             other = self._find(key)
@@ -218,10 +221,13 @@ class _Identities:
 class Expert:
     """A person and the evidence behind their score.
 
-    ``score`` is the sum of their credits (module docstring; unitless, higher is more);
-    ``documents`` are the rows that earned it, most credit first, each an :class:`Evidence`
-    whose ``metadata`` carries ``role`` (author, commenter, reviewer, file author...) and
-    ``credit`` (the points it gave). ``aliases``: other names and emails merged into this one.
+    ``score`` is the sum of their credits (module docstring; unitless, higher is more) and
+    equals the sum of ``documents``' ``metadata["credit"]``. ``documents`` are the rows that
+    earned it, most credit first, each an :class:`Evidence` whose ``metadata`` carries ``role``
+    (author, reporter, assignee, commenter, participant, reviewer, file author, ...) and
+    ``credit`` (the points it gave); after them, the commits that made the person a file's
+    author (role ``committed to <path>``, credit 0, ``share`` = their part of the file credit).
+    ``aliases``: other names and emails merged into this one.
     """
 
     name: str
@@ -241,10 +247,14 @@ class Expert:
 
 @dataclass
 class _Credit:
+    """What one row gave one person: ``points`` (in the score when ``counts``; a supporting
+    commit's points are its share of a file credit, already counted there) at hit ``rank``."""
+
     hit: Hit
     role: str
     points: float
     rank: int
+    counts: bool = True
 
 
 def _commits_touching(paths: list[str], scope: QueryScope) -> dict[str, list[Hit]]:
@@ -259,7 +269,7 @@ def _commits_touching(paths: list[str], scope: QueryScope) -> dict[str, list[Hit
             params={"files": json.dumps({"files": [path]})},
             order_by="d.updated_at DESC NULLS LAST, d.id",
             limit=MAX_COMMITS_PER_PATH,
-            content_chars=2000,
+            content_chars=SNIPPET_CHARS,
         )
     return out
 
@@ -295,24 +305,33 @@ def who_knows(*, query: str, scope: QueryScope, limit: int = 10) -> list[Expert]
     file_hits: dict[str, tuple[int, Hit]] = {}  # path -> (best rank, its hit)
     for rank, hit in enumerate(hits, start=1):
         for mention, role, role_weight in row_people(hit):
-            keep(scoring, identities.add(mention), _Credit(hit, role, role_weight / rank, rank))
+            key = identities.add(mention)
+            if key is not None:
+                keep(scoring, key, _Credit(hit, role, role_weight / rank, rank))
         if hit.kind in PATH_KINDS and hit.path and hit.path not in file_hits:
             file_hits[hit.path] = (rank, hit)
+    file_shares: list[tuple[str, str, float]] = []  # (identity key, path, share)
     for path, commits in _commits_touching(list(file_hits), scope).items():
-        rank, file_hit = file_hits[path]
+        rank = file_hits[path][0]
         weights = [1.0 / _files_touched(c) for c in commits]
         total = sum(weights)
-        shares: dict[str, float] = defaultdict(float)
         for commit, weight in zip(commits, weights, strict=True):
             author = next((m for m, role, _ in row_people(commit) if role == "author"), None)
             if author is None:
                 continue
             key = identities.add(author)
+            if key is None:
+                continue
             share = AUTHOR_WEIGHT * weight / total / rank
-            shares[key] += share
-            keep(supporting, key, _Credit(commit, f"committed to {path}", share, rank))
-        for key, points in shares.items():
-            keep(scoring, key, _Credit(file_hit, "file author", points, rank))
+            file_shares.append((key, path, share))
+            keep(supporting, key, _Credit(commit, f"committed to {path}", share, rank, counts=False))
+    # Summed per person once every name and email is known (one person's commits may use both).
+    shares: dict[tuple[str, str], float] = defaultdict(float)
+    for key, path, share in file_shares:
+        shares[(identities.root(key), path)] += share
+    for (root, path), points in shares.items():
+        rank, file_hit = file_hits[path]
+        keep(scoring, root, _Credit(file_hit, "file author", points, rank))
     by_person: dict[str, tuple[dict[int, _Credit], dict[int, _Credit]]] = defaultdict(lambda: ({}, {}))
     for table, slot in ((scoring, 0), (supporting, 1)):
         for key, by_doc in table.items():
@@ -330,7 +349,10 @@ def who_knows(*, query: str, scope: QueryScope, limit: int = 10) -> list[Expert]
         documents = []
         for item in items[:MAX_DOCUMENTS_PER_EXPERT]:
             ev = evidence_from_hit(item.hit, tool="who_knows")
-            ev.metadata = {**ev.metadata, "role": item.role, "credit": round(item.points, 4)}
+            credit = round(item.points, 4) if item.counts else 0.0
+            ev.metadata = {**ev.metadata, "role": item.role, "credit": credit}
+            if not item.counts:
+                ev.metadata["share"] = round(item.points, 4)
             documents.append(ev)
         name, aliases = identities.display(root)
         score = sum(c.points for c in scored.values())
