@@ -484,7 +484,8 @@ def score_matches(rows: list[RowMatch], patterns: Sequence[Pattern], *, files_se
 
 @dataclass
 class GrepResult:
-    """Ranked grep rows of the scope and how the search went (timings in milliseconds)."""
+    """Ranked grep rows of the scope and how the search went: ``files_searched`` is the number of
+    readable files (0 when nothing matched), timings in milliseconds."""
 
     rows: list[RowMatch]
     patterns: list[Pattern]
@@ -512,7 +513,6 @@ def grep_code(query: str, scope: QueryScope) -> GrepResult:
         t0 = time.perf_counter()
         sync = checkout_sync(scope=scope, source=source)
         result.timings_ms["checkout"] = result.timings_ms.get("checkout", 0.0) + (time.perf_counter() - t0) * 1000
-        result.files_searched += sync.files
         matches: dict[tuple[str, int], list[str]] = defaultdict(list)
         t0 = time.perf_counter()
         with _locked(checkout_root(source), fcntl.LOCK_SH):
@@ -532,8 +532,18 @@ def grep_code(query: str, scope: QueryScope) -> GrepResult:
         t0 = time.perf_counter()
         rows.extend(map_matches(matches, patterns, scope=scope, source_id=source.id).values())
         result.timings_ms["map"] = result.timings_ms.get("map", 0.0) + (time.perf_counter() - t0) * 1000
+    if rows:
+        result.files_searched = _readable_files(scope)
     result.rows = score_matches(rows, patterns, files_searched=result.files_searched)
     return result
+
+
+def _readable_files(scope: QueryScope) -> int:
+    """How many ``code_file`` rows the scope may read (the ``F`` of the IDF)."""
+    where, params = scope_where_sql(scope, ("code_file",))
+    with tenant_context(scope.tenant_id, user_id=scope.user_id), connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM sources_document d WHERE {where}", params)
+        return int(cursor.fetchone()[0])
 
 
 def _excerpt(hit: Hit, lines: list[int]) -> str:

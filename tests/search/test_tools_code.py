@@ -4,6 +4,7 @@ hits mapped onto chunks by line range, fused with hybrid code search; scope, glo
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import time
@@ -26,6 +27,7 @@ from search.tools.code import (
     run_grep,
     search_code,
 )
+from sources.connectors.git.chunker import language_for
 from sources.selectors import QueryScope, scope_for_user
 
 CUSTOM = {"test_rows": "tests.search.rows_connector.RowsConnector"}
@@ -120,6 +122,13 @@ def test_every_grep_line_lies_in_its_row_and_holds_the_identifier(fastapi_kb):
     for row in result.rows:
         files[row.path] = files.get(row.path, 0) + 1
     assert max(files.values()) <= 3
+    # The documented score: w * ln(1 + F / f) * (1 + ln n), F the readable files, f those matching.
+    listed = subprocess.run(["git", "-C", str(fastapi_kb.repo), "ls-files", "fastapi"], capture_output=True, text=True)
+    assert result.files_searched == sum(1 for p in listed.stdout.split() if language_for(p) is not None) == 55
+    for row in result.rows:
+        n = len(row.lines["jsonable_encoder"])
+        expected = 2.0 * math.log(1 + result.files_searched / len(files)) * (1 + math.log(n))
+        assert row.score == pytest.approx(expected)
     # The definition's own chunk is in the fused top 3 (grep + hybrid).
     top = search_code(query="how does jsonable_encoder handle dataclasses?", scope=fastapi_kb.scope, limit=3)
     assert any(ev.path == "fastapi/encoders.py" and "jsonable_encoder" in ev.title for ev in top)
