@@ -504,12 +504,13 @@ def grep_code(query: str, scope: QueryScope) -> GrepResult:
     query = clean_query(query)
     patterns = grep_patterns(query)
     result = GrepResult(rows=[], patterns=patterns)
-    if not patterns:
+    sources = code_sources(scope) if patterns else []
+    if not sources:
         return result
     program = grep_program()
     result.program = program[0]
     rows: list[RowMatch] = []
-    for source in code_sources(scope):
+    for source in sources:
         t0 = time.perf_counter()
         sync = checkout_sync(scope=scope, source=source)
         result.timings_ms["checkout"] = result.timings_ms.get("checkout", 0.0) + (time.perf_counter() - t0) * 1000

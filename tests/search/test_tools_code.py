@@ -73,6 +73,14 @@ def _indexed_line(repo: Path, path: str, line: int) -> str:
     return text.split("\n")[line - 1]
 
 
+def _content(tenant_id: int, document_id: int) -> str:
+    from kbportal.tenancy import tenant_context
+    from sources.models import Document
+
+    with tenant_context(tenant_id):
+        return Document.objects.get(pk=document_id).content
+
+
 def test_patterns_from_the_question():
     patterns = grep_patterns('Where is "Invalid args" raised by `create_model_field` via fastapi.utils.get_path?')
     assert patterns == [
@@ -129,6 +137,15 @@ def test_every_grep_line_lies_in_its_row_and_holds_the_identifier(fastapi_kb):
         n = len(row.lines["jsonable_encoder"])
         expected = 2.0 * math.log(1 + result.files_searched / len(files)) * (1 + math.log(n))
         assert row.score == pytest.approx(expected)
+    # Every grep-found block shows its first matched line, even past the snippet's length.
+    shown = search_code(query="how does jsonable_encoder handle dataclasses?", scope=fastapi_kb.scope, limit=10)
+    grepped = [ev for ev in shown if "grep" in ev.metadata]
+    assert grepped
+    for ev in grepped:
+        first = ev.metadata["grep"]["lines"][0]
+        assert _indexed_line(fastapi_kb.repo, ev.path, first).strip() in ev.text
+    tenant_id = fastapi_kb.scope.tenant_id
+    assert any("...\n" in ev.text and len(ev.text) < len(_content(tenant_id, ev.document_id)) for ev in grepped)
     # The definition's own chunk is in the fused top 3 (grep + hybrid).
     top = search_code(query="how does jsonable_encoder handle dataclasses?", scope=fastapi_kb.scope, limit=3)
     assert any(ev.path == "fastapi/encoders.py" and "jsonable_encoder" in ev.title for ev in top)
