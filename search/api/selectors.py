@@ -116,6 +116,7 @@ def source_list_for_caller(caller: ApiCaller, *, project_slug: str | None = None
         latest = {
             run.source_id: run
             for run in IngestionRun.objects.filter(source_id__in=visible)
+            .select_related("source")  # rendered after the tenant context closes: load it now
             .order_by("source_id", "-created_at", "-id")
             .distinct("source_id")
         }

@@ -136,6 +136,18 @@ class PlanSerializer(serializers.Serializer):
     errors = serializers.ListField(child=serializers.CharField())
 
 
+class AskEventSerializer(serializers.Serializer):
+    """One server-sent event of a streamed answer (``search.services.AskEvent``)."""
+
+    event = serializers.ChoiceField(
+        choices=["plan", "tools", "evidence", "token", "done", "failed"],
+        help_text="In order: plan, tools, evidence, token (zero or more), done; failed if the answer broke.",
+    )
+    data = serializers.CharField(
+        help_text="One line of JSON: token {text}; done {answer_id, text, answered, cited, sources, timings_ms, ...}."
+    )
+
+
 class AskResultSerializer(serializers.Serializer):
     answer_id = serializers.UUIDField(help_text="For POST /api/v1/answers/{answer_id}/feedback.")
     question = serializers.CharField()

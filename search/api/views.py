@@ -14,7 +14,6 @@ import uuid
 from typing import Any
 
 from django.http import StreamingHttpResponse
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import exceptions, status
 from rest_framework.permissions import IsAuthenticated
@@ -119,7 +118,7 @@ class AskView(ApiView):
         responses={
             (200, "application/json"): s.AskResultSerializer,
             (200, "text/event-stream"): OpenApiResponse(
-                OpenApiTypes.STR, description="Server-sent events: `event: <type>` and `data: <JSON>` per event."
+                s.AskEventSerializer, description="Server-sent events: `event: <type>` and `data: <JSON>` per event."
             ),
             **_errors(400, 401, 403, 404, 429, media_type="application/json"),
         },

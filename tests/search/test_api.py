@@ -263,6 +263,7 @@ def test_sources_lists_the_tenants_sources_in_the_callers_projects(people, acme_
         (source,) = response.json()["sources"]
         assert (source["slug"], source["kind"], source["name"]) == ("acme-wiki", "test_rows", "Acme wiki")
         assert source["status"] == "succeeded" and source["projects"] == ["everything"]
+        assert source["last_run"]["source"] == "acme-wiki"
         assert source["last_run"]["seen"] == 6 and source["last_run"]["error"] == ""
         assert source["indexed_rows"] == 6
     (outsider_source,) = call("get", "/sources", people.outsider).json()["sources"]
