@@ -1,0 +1,456 @@
+"""Slack messages -> ``thread`` and ``conversation`` rows, shared by the export and live connectors.
+
+Both Slack connectors (``slack_export``: a workspace export; ``slack``: the Web API and Socket
+Mode) read raw Slack message objects, render them with :class:`SlackRenderer` and group one
+channel's messages with :func:`channel_rows`:
+
+- ``thread``: a parent message and all its replies (grouped by ``thread_ts``),
+  ``external_id = "<channel_id>:<thread_ts>"``;
+- ``conversation``: consecutive messages outside threads in one channel, each within
+  ``gap_minutes`` of the previous one, ``external_id = "<channel_id>:conv:<first_ts>"``.
+
+System noise (joins, leaves, topic/purpose/name changes, pins, integrations) is dropped; file
+shares and file comments are kept with the file names. Rows are derived from the messages
+alone, so the same messages give the same ids and contents whichever connector read them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sources.connectors.base import DocumentRow
+
+TITLE_CHARS = 120
+EMBED_CHARS = 1500
+
+# Subtypes that record what happened to the channel, not what anyone said. ``file_share``,
+# ``file_comment``, ``bot_message``, ``me_message`` and ``thread_broadcast`` carry real content.
+NOISE_SUBTYPES = frozenset(
+    {
+        "channel_join",
+        "channel_leave",
+        "channel_topic",
+        "channel_purpose",
+        "channel_name",
+        "channel_archive",
+        "channel_unarchive",
+        "channel_convert_to_private",
+        "channel_convert_to_public",
+        "group_join",
+        "group_leave",
+        "group_topic",
+        "group_purpose",
+        "group_name",
+        "group_archive",
+        "group_unarchive",
+        "pinned_item",
+        "unpinned_item",
+        "bot_add",
+        "bot_remove",
+        "bot_enable",
+        "bot_disable",
+        "app_conversation_join",
+        "app_conversation_leave",
+        "reminder_add",
+        "joiner_notification",
+        "sh_room_created",
+        "tombstone",
+        "message_changed",
+        "message_deleted",
+        "message_replied",
+    }
+)
+
+# <@U123>, <@U123|name>, <#C123|general>, <!here>, <!subteam^S1|@team>, <https://x|label>, <mailto:a|a>
+MARKUP_RE = re.compile(r"<(?P<body>[@#!][^<>]*|[a-zA-Z][a-zA-Z0-9+.-]*:[^<>\s]*(?:\|[^<>]*)?)>")
+
+
+@dataclass
+class SlackChannel:
+    id: str
+    name: str
+    private: bool
+    members: list[str]
+
+
+@dataclass
+class SlackMessage:
+    """One kept message, already rendered: ``text`` has mentions and links resolved.
+
+    ``bot`` is true for integrations (``bot_message``, or a ``bot_id`` without a user).
+    """
+
+    ts: str
+    seconds: float
+    author: str
+    text: str
+    thread_ts: str | None = None
+    declared_replies: int = 0
+    files: list[str] = field(default_factory=list)
+    reactions: list[tuple[str, int, list[str]]] = field(default_factory=list)  # (emoji, count, names)
+    bot: bool = False
+
+    @property
+    def when(self) -> datetime:
+        return ts_datetime(self.ts)
+
+
+def ts_key(ts: str) -> tuple[int, int]:
+    """(seconds, microseconds) of a Slack ts ("1433558319.000002"): an exact sort key, unlike float."""
+    seconds, _, fraction = ts.partition(".")
+    return int(seconds), int(fraction.ljust(6, "0")[:6])
+
+
+def ts_datetime(ts: str) -> datetime:
+    """Aware UTC datetime of a Slack ts, built from its integer parts so no float rounding creeps in."""
+    seconds, microseconds = ts_key(ts)
+    return datetime.fromtimestamp(seconds, tz=UTC) + timedelta(microseconds=microseconds)
+
+
+def valid_ts(value: Any) -> bool:
+    """True for a Slack timestamp string such as ``"1518040908.000101"``."""
+    return isinstance(value, str) and re.fullmatch(r"\d+(\.\d+)?", value) is not None
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, at a word boundary when one is near, with "…"."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    space = head.rfind(" ")
+    if space > limit * 0.8:
+        head = head[:space]
+    return head.rstrip() + "…"
+
+
+def permalink(workspace_url: str | None, channel_id: str, ts: str) -> str:
+    """``<workspace>/archives/<channel>/p<ts digits>``, or a stable ``slack://`` link without a workspace."""
+    if workspace_url:
+        return f"{workspace_url}/archives/{channel_id}/p{ts.replace('.', '')}"
+    return f"slack://channel?id={channel_id}&message={ts}"
+
+
+def channel_principals(channel: SlackChannel) -> list[str]:
+    """Who may read a channel's rows: empty (everyone with the source) for a public channel.
+
+    A private channel lists its members as ``slack:<user id>``; with no member list it gets a
+    principal no user holds, so its rows stay closed rather than falling open to the whole source.
+    """
+    if not channel.private:
+        return []
+    return [f"slack:{member}" for member in channel.members] or [f"slack-channel:{channel.id}"]
+
+
+def is_thread(thread_ts: str, group: list[SlackMessage]) -> bool:
+    """A ``thread_ts`` group is a thread when it has a reply or its parent declares replies.
+
+    A lone message carrying its own ``thread_ts`` (all replies deleted) is no thread.
+    """
+    return any(m.ts != thread_ts for m in group) or any(m.declared_replies for m in group)
+
+
+def channel_rows(
+    channel: SlackChannel,
+    messages: list[SlackMessage],
+    *,
+    gap_minutes: int,
+    workspace_url: str | None,
+    mark_bots: bool = False,
+) -> list[DocumentRow]:
+    """One channel's rows: a ``thread`` row per thread, ``conversation`` rows for the rest.
+
+    ``messages`` are the channel's kept messages (any order, one per ts). Rows come out in time
+    order of their first message. ``mark_bots``: see :func:`build_row`.
+    """
+    threads, loose = split_threads(messages)
+    rows = [thread_row(channel, ts, group, workspace_url=workspace_url, mark_bots=mark_bots) for ts, group in threads]
+    rows += [
+        conversation_row(channel, group, workspace_url=workspace_url, mark_bots=mark_bots)
+        for group in group_conversations(loose, gap_seconds=gap_minutes * 60)
+    ]
+    rows.sort(key=lambda row: (ts_key(row.metadata["first_ts"]), row.external_id))
+    return rows
+
+
+def split_threads(
+    messages: list[SlackMessage],
+) -> tuple[list[tuple[str, list[SlackMessage]]], list[SlackMessage]]:
+    """``(threads, loose)``: ``(thread_ts, messages)`` per thread, and the other messages by time."""
+    by_thread: dict[str, list[SlackMessage]] = defaultdict(list)
+    for message in messages:
+        if message.thread_ts:
+            by_thread[message.thread_ts].append(message)
+    threads: list[tuple[str, list[SlackMessage]]] = []
+    in_threads: set[str] = set()
+    for thread_ts, group in by_thread.items():
+        if is_thread(thread_ts, group):
+            threads.append((thread_ts, group))
+            in_threads.update(m.ts for m in group)
+    loose = sorted((m for m in messages if m.ts not in in_threads), key=lambda m: ts_key(m.ts))
+    return threads, loose
+
+
+def group_conversations(loose: list[SlackMessage], *, gap_seconds: float) -> list[list[SlackMessage]]:
+    """Time-ordered ``loose`` messages cut into runs where each is within ``gap_seconds`` of the last."""
+    conversations: list[list[SlackMessage]] = []
+    for message in loose:
+        if conversations and message.seconds - conversations[-1][-1].seconds <= gap_seconds:
+            conversations[-1].append(message)
+        else:
+            conversations.append([message])
+    return conversations
+
+
+def thread_row(
+    channel: SlackChannel,
+    thread_ts: str,
+    group: list[SlackMessage],
+    *,
+    workspace_url: str | None,
+    mark_bots: bool = False,
+) -> DocumentRow:
+    """The ``thread`` row of one thread: parent first, then replies in time order."""
+    parent = next((m for m in group if m.ts == thread_ts), None)
+    # Replies can outlive their parent (cut from an export, deleted in Slack): then every message is a reply.
+    replies = len(group) - (1 if parent is not None else 0)
+    rest = sorted((m for m in group if m is not parent), key=lambda m: ts_key(m.ts))
+    ordered = [parent, *rest] if parent is not None else rest
+    return build_row(
+        kind="thread",
+        external_id=f"{channel.id}:{thread_ts}",
+        channel=channel,
+        messages=ordered,
+        link_ts=thread_ts,
+        thread_ts=thread_ts,
+        reply_count=replies,
+        workspace_url=workspace_url,
+        mark_bots=mark_bots,
+    )
+
+
+def conversation_row(
+    channel: SlackChannel, group: list[SlackMessage], *, workspace_url: str | None, mark_bots: bool = False
+) -> DocumentRow:
+    """The ``conversation`` row of consecutive loose messages (``group`` in time order)."""
+    first_ts = group[0].ts
+    return build_row(
+        kind="conversation",
+        external_id=f"{channel.id}:conv:{first_ts}",
+        channel=channel,
+        messages=group,
+        link_ts=first_ts,
+        thread_ts=None,
+        reply_count=0,
+        workspace_url=workspace_url,
+        mark_bots=mark_bots,
+    )
+
+
+def build_row(
+    *,
+    kind: str,
+    external_id: str,
+    channel: SlackChannel,
+    messages: list[SlackMessage],
+    link_ts: str,
+    thread_ts: str | None,
+    reply_count: int,
+    workspace_url: str | None,
+    mark_bots: bool = False,
+) -> DocumentRow:
+    """A row over ``messages``: transcript as content, participants, reactions, first/last activity.
+
+    ``mark_bots``: integrations' messages stay in the transcript (they carry build results,
+    issue comments, evaluations people search for) but their names go to ``metadata["bots"]``
+    (with ``bot_message_count``) instead of ``authors``/``participants``, so people rankings
+    never credit a bot.
+    """
+    transcript = "\n".join(transcript_line(m) for m in messages)
+    first = messages[0]
+    first_line = next((line.strip() for line in first.text.splitlines() if line.strip()), "")
+    if not first_line:
+        first_line = ", ".join(first.files) or "(no text)"
+
+    authors: list[str] = []
+    bots: list[str] = []
+    reactors: set[str] = set()
+    reactions: dict[str, int] = {}
+    files: list[str] = []
+    for m in messages:
+        people = bots if (mark_bots and m.bot) else authors
+        if m.author not in people:
+            people.append(m.author)
+        for name, count, reactor_names in m.reactions:
+            reactions[name] = reactions.get(name, 0) + count
+            reactors.update(reactor_names)
+        files.extend(f for f in m.files if f not in files)
+    # Reacting is taking part, so reactors count as participants but not as authors.
+    participants = sorted(set(authors) | reactors, key=str.casefold)
+    first_ts = min(messages, key=lambda m: ts_key(m.ts)).ts
+    last_ts = max(messages, key=lambda m: ts_key(m.ts)).ts
+    metadata: dict[str, Any] = {
+        "channel": channel.name,
+        "channel_id": channel.id,
+        "private": channel.private,
+        "thread_ts": thread_ts,
+        "participants": participants,
+        "authors": authors,
+        "message_count": len(messages),
+        "reply_count": reply_count,
+        "reaction_count": sum(reactions.values()),
+        "reactions": reactions,
+        "files": files,
+        "first_ts": first_ts,
+        "last_ts": last_ts,
+    }
+    if mark_bots:
+        metadata["bots"] = sorted(bots, key=str.casefold)
+        metadata["bot_message_count"] = sum(1 for m in messages if m.bot)
+    return DocumentRow(
+        external_id=external_id,
+        kind=kind,
+        title=f"#{channel.name}: {cut(first_line, TITLE_CHARS)}",
+        content=transcript,
+        text=f"#{channel.name}\n{cut(transcript, EMBED_CHARS)}",
+        url=permalink(workspace_url, channel.id, link_ts),
+        path=channel.name,
+        metadata=metadata,
+        principals=channel_principals(channel),
+        created_at=ts_datetime(first_ts),
+        updated_at=ts_datetime(last_ts),
+    )
+
+
+def transcript_line(message: SlackMessage) -> str:
+    """``YYYY-MM-DD HH:MM Name: text`` (UTC); continuation lines indented so each message stays one entry."""
+    text = message.text.replace("\n", "\n  ")
+    return f"{message.when:%Y-%m-%d %H:%M} {message.author}: {text}"
+
+
+class SlackRenderer:
+    """Turns raw Slack messages into :class:`SlackMessage` with Slack markup made readable.
+
+    ``<@U1>`` -> ``@Name``, ``<#C1|general>`` -> ``#general``, ``<!here>`` -> ``@here``,
+    ``<https://x|label>`` -> ``label (https://x)``, ``<mailto:a@b|a@b>`` -> ``a@b``; the
+    ``&amp; &lt; &gt;`` escapes Slack applies to text are undone (after the markup, whose
+    labels can contain them). ``users`` maps user ids to names (any mapping with ``get``: the
+    live connector looks names up lazily). ``attachment_text``: a message with no text of its
+    own (integrations post everything in attachments) takes its attachments' pretext and text.
+    """
+
+    def __init__(
+        self, *, users: Mapping[str, str], channel_names: Mapping[str, str], attachment_text: bool = False
+    ) -> None:
+        self.users = users
+        self.channel_names = channel_names
+        self.attachment_text = attachment_text
+
+    def name(self, user_id: str) -> str:
+        return self.users.get(user_id) or user_id
+
+    def text(self, raw: str) -> str:
+        if "<" not in raw and "&" not in raw:
+            return raw
+        # Slack escapes exactly these three in message text; html.unescape would also eat "&copy".
+        return MARKUP_RE.sub(self._markup, raw).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+    def _markup(self, match: re.Match[str]) -> str:
+        target, _, label = match.group("body").partition("|")
+        if target.startswith("@"):
+            user_id = target[1:]
+            return "@" + (self.users.get(user_id) or label.lstrip("@") or user_id)
+        if target.startswith("#"):
+            return "#" + (self.channel_names.get(target[1:]) or label or target[1:])
+        if target.startswith("!"):
+            # <!here>, <!channel>, <!subteam^S1|@team>, <!date^1392734382^{date}|Feb 18, 2014>
+            return label or "@" + target[1:].split("^", 1)[0]
+        if target.startswith("mailto:"):
+            return label or target[len("mailto:") :]
+        if not label or label == target or target.split("://", 1)[-1] == label:
+            return target
+        return f"{label} ({target})"
+
+    def message(self, raw: dict[str, Any]) -> SlackMessage | None:
+        """The rendered message, or ``None`` for system noise and empty messages without files."""
+        subtype = raw.get("subtype")
+        if subtype in NOISE_SUBTYPES:
+            return None
+        files = file_names(raw)
+        text = str(raw.get("text") or "")
+        user_id = raw.get("user")
+        comment = raw.get("comment") if isinstance(raw.get("comment"), dict) else None
+        if subtype == "file_comment" and comment is not None:
+            # The export's text is "<@U1> commented on U2's file <url|name>: ..."; the comment
+            # itself with the file's name reads better in a transcript.
+            user_id = comment.get("user") or user_id
+            text = f"[comment on {', '.join(files) or 'a file'}] {comment.get('comment') or ''}".rstrip()
+        rendered = self.text(text).strip()
+        initial = (raw.get("file") or {}).get("initial_comment") if isinstance(raw.get("file"), dict) else None
+        if isinstance(initial, dict) and initial.get("comment"):
+            rendered = f"{rendered}\n{self.text(str(initial['comment'])).strip()}".strip()
+        attachments = [a for a in raw.get("attachments") or [] if isinstance(a, dict)]
+        if self.attachment_text and not rendered:
+            parts = []
+            for attachment in attachments:
+                body = [str(attachment.get(k) or "").strip() for k in ("pretext", "title", "text")]
+                body = [b for b in body if b] or [str(attachment.get("fallback") or "").strip()]
+                parts.extend(self.text(b).strip() for b in body if b)
+            rendered = "\n".join(p for p in parts if p)
+        # A bare shared link says little; its unfurled title ("Houston Data Visualization Meetup")
+        # is what people search for. The unfurl's body text is left out: long and often stale.
+        for attachment in attachments:
+            title = attachment.get("title")
+            if title and str(title) not in rendered:
+                rendered = f"{rendered} [link: {self.text(str(title)).strip()}]".strip()
+        missing = [f for f in files if f not in rendered]
+        if missing:
+            rendered = f"{rendered} [file: {', '.join(missing)}]".strip()
+        if not rendered:
+            return None
+        bot = subtype == "bot_message" or (not user_id and bool(raw.get("bot_id")))
+        if user_id:
+            author = self.name(str(user_id))
+        else:
+            # Integrations post without a user: the bot's display name, else its id.
+            profile = raw.get("bot_profile") if isinstance(raw.get("bot_profile"), dict) else {}
+            author = self.text(str(raw.get("username") or profile.get("name") or raw.get("bot_id") or "unknown"))
+            author = author.lstrip("@")
+        reactions = []
+        for reaction in raw.get("reactions") or []:
+            if not isinstance(reaction, dict) or not reaction.get("name"):
+                continue
+            reactors = [self.name(str(u)) for u in reaction.get("users") or []]
+            count = reaction.get("count")
+            reactions.append((str(reaction["name"]), int(count) if isinstance(count, int) else len(reactors), reactors))
+        ts = str(raw["ts"])
+        thread_ts = raw.get("thread_ts")
+        return SlackMessage(
+            ts=ts,
+            seconds=float(ts),
+            author=author,
+            text=rendered,
+            thread_ts=str(thread_ts) if valid_ts(thread_ts) else None,
+            declared_replies=raw.get("reply_count") if isinstance(raw.get("reply_count"), int) else 0,
+            files=files,
+            reactions=reactions,
+            bot=bot,
+        )
+
+
+def file_names(raw: dict[str, Any]) -> list[str]:
+    """Names of the files a message shares: old exports have ``file``, newer ones ``files``."""
+    candidates = list(raw.get("files") or [])
+    if isinstance(raw.get("file"), dict):
+        candidates.insert(0, raw["file"])
+    names: list[str] = []
+    for entry in candidates:
+        # Deleted or over-quota files ("tombstone", "hidden_by_limit") keep no name.
+        name = entry.get("name") or entry.get("title") if isinstance(entry, dict) else None
+        if name and str(name) not in names:
+            names.append(str(name))
+    return names
