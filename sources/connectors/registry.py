@@ -18,6 +18,7 @@ BUILTIN_CONNECTORS: dict[str, str] = {
     "git": "sources.connectors.git.connector.GitConnector",
     "docs": "sources.connectors.docs.connector.DocsConnector",
     "slack_export": "sources.connectors.slack_export.connector.SlackExportConnector",
+    "slack": "sources.connectors.slack.connector.SlackConnector",
     "jsonl": "sources.connectors.jsonl.connector.JsonDocumentsConnector",
 }
 

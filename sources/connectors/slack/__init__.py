@@ -1,0 +1,1 @@
+"""Live Slack connector: backfill through the Web API, updates through Socket Mode events."""

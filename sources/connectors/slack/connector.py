@@ -1,0 +1,248 @@
+"""Live Slack: channels read through the Web API -> ``thread`` and ``conversation`` rows.
+
+A full run (:meth:`SlackConnector.iter_rows`) backfills each configured channel: every page of
+``conversations.history``, and ``conversations.replies`` for each message that has replies.
+Rows are the export connector's (``sources.connectors.slack_rows``): one ``thread`` row per
+thread (``<channel_id>:<thread_ts>``), other messages grouped into ``conversation`` rows
+(``<channel_id>:conv:<first_ts>``). A private channel (``conversations.info`` ``is_private``)
+gives its rows the principals ``slack:<user id>`` of its members (``conversations.members``).
+
+Live updates (:meth:`SlackConnector.refresh_thread`) re-fetch one whole thread and, when a
+message is or becomes a loose one, the conversations around it; the ingestion service writes
+what comes back (``sources.services.slack_thread_refresh``).
+
+Bot messages are kept (integrations post build results, issue comments, evaluations) and
+marked: their names go to ``metadata["bots"]`` and ``bot_message_count``, not to ``authors`` or
+``participants``. A bot message whose text is empty reads its attachments' pretext, title and
+text. Joins, leaves and other channel events are skipped.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from sources.connectors.base import Connector, DocumentRow, IngestReport
+from sources.connectors.slack.client import LazyUserNames, SlackClient, SlackError
+from sources.connectors.slack.config import SlackConfig
+from sources.connectors.slack_rows import (
+    SlackChannel,
+    SlackMessage,
+    SlackRenderer,
+    channel_rows,
+    conversation_row,
+    group_conversations,
+    is_thread,
+    split_threads,
+    thread_row,
+    ts_key,
+    valid_ts,
+)
+
+CHANNEL_CACHE_SECONDS = 60.0
+MAX_WINDOW_SECONDS = 14 * 24 * 3600  # the widest history window a live refresh reads around a message
+
+_channel_cache: dict[tuple[str, str], tuple[float, SlackChannel]] = {}
+_channel_cache_lock = threading.Lock()
+
+
+@dataclass
+class ConversationWindow:
+    """The conversation rows between ``lo_ts`` and ``hi_ts`` (inclusive) of one channel, as they are now.
+
+    Stored conversation rows of the channel overlapping that range and not among ``rows`` are stale.
+    """
+
+    channel_id: str
+    lo_ts: str
+    hi_ts: str
+    rows: list[DocumentRow] = field(default_factory=list)
+
+
+@dataclass
+class ThreadRefresh:
+    """What one live refresh found: the thread's row (``None``: no thread any more) and, when
+    the thread's parent is or became a loose message, the conversation window around it."""
+
+    thread_external_id: str
+    thread_row: DocumentRow | None
+    window: ConversationWindow | None
+
+
+class SlackConnector(Connector):
+    """Rows from Slack's Web API; see the module docstring for the row shapes and live refreshes."""
+
+    kind = "slack"
+    config_model = SlackConfig
+    config: SlackConfig
+
+    def __init__(self, config: dict[str, Any], *, include=None, exclude=None) -> None:
+        super().__init__(config, include=include, exclude=exclude)
+        self._client: SlackClient | None = None
+
+    @property
+    def client(self) -> SlackClient:
+        if self._client is None:
+            self._client = SlackClient(
+                token=self.config.token.get_secret_value(),
+                base_url=self.config.base_url,
+                page_size=self.config.page_size,
+                rate_limit_retries=self.config.rate_limit_retries,
+            )
+        return self._client
+
+    # -- full run ------------------------------------------------------------------------------
+
+    def iter_rows(self, report: IngestReport) -> Iterator[DocumentRow]:
+        """Yield every configured channel's rows, channel by channel in config order.
+
+        Sets ``report.total`` to the number of channels. A channel Slack says does not exist
+        (``channel_not_found``) is ``report.skip``-ped (its rows then vanish with the run). Any
+        other failure (bad token, rate limit outlasting the retries, network) raises
+        ``ConnectorError`` with the token redacted: the run fails and earlier rows stay.
+        """
+        self.client.auth_test()
+        report.total = len(self.config.channels)
+        for channel_id in self.config.channels:
+            try:
+                channel = self.channel(channel_id, fresh=True)
+            except SlackError as exc:
+                if exc.error != "channel_not_found":
+                    raise
+                report.skip(channel_id, "Slack says the channel does not exist (channel_not_found)")
+                report.advance()
+                continue
+            messages = self._backfill_messages(channel, report)
+            report.advance()
+            yield from channel_rows(
+                channel,
+                messages,
+                gap_minutes=self.config.conversation_gap_minutes,
+                workspace_url=self.config.workspace_url,
+                mark_bots=True,
+            )
+
+    def _backfill_messages(self, channel: SlackChannel, report: IngestReport) -> list[SlackMessage]:
+        renderer = self._renderer()
+        by_ts: dict[str, SlackMessage] = {}
+        raw_messages = list(self.client.history(channel.id))
+        for raw in list(raw_messages):
+            if isinstance(raw, dict) and _has_replies(raw):
+                raw_messages.extend(self.client.replies(channel.id, str(raw["ts"])) or [])
+        for index, raw in enumerate(raw_messages):
+            if not isinstance(raw, dict) or not valid_ts(raw.get("ts")):
+                report.skip(f"{channel.id}#{index}", "message is not an object with a valid ts")
+                continue
+            message = renderer.message(raw)
+            if message is not None and message.ts not in by_ts:
+                by_ts[message.ts] = message
+        return sorted(by_ts.values(), key=lambda m: ts_key(m.ts))
+
+    # -- live refresh --------------------------------------------------------------------------
+
+    def refresh_thread(self, channel_id: str, thread_ts: str, *, had_thread_row: bool) -> ThreadRefresh:
+        """Re-fetch the whole thread ``thread_ts`` (``conversations.replies``) and say what to write.
+
+        ``thread_row`` is the thread as it is now, or ``None`` when Slack has no thread there
+        (``thread_not_found``, parent deleted with no replies left, or a message without
+        replies). ``window`` is set when the parent is loose now or was loose before
+        (``had_thread_row`` false: a first reply moves it out of its conversation), and then
+        holds the conversation rows around ``thread_ts``. Raises ``SlackError``.
+        """
+        channel = self.channel(channel_id)
+        raw_messages = self.client.replies(channel_id, thread_ts)
+        renderer = self._renderer()
+        group: list[SlackMessage] = []
+        seen: set[str] = set()
+        for raw in raw_messages or []:
+            if not isinstance(raw, dict) or not valid_ts(raw.get("ts")):
+                continue
+            message = renderer.message(raw)
+            if message is None or message.ts in seen:
+                continue
+            if message.ts == thread_ts or message.thread_ts == thread_ts:
+                seen.add(message.ts)
+                group.append(message)
+        external_id = f"{channel_id}:{thread_ts}"
+        row = None
+        if group and is_thread(thread_ts, group):
+            row = thread_row(channel, thread_ts, group, workspace_url=self.config.workspace_url, mark_bots=True)
+        window = None
+        if row is None or not had_thread_row:
+            window = self.conversation_window(channel, thread_ts)
+        return ThreadRefresh(thread_external_id=external_id, thread_row=row, window=window)
+
+    def conversation_window(self, channel: SlackChannel, ts: str) -> ConversationWindow:
+        """The conversation rows around ``ts``, read from ``conversations.history``.
+
+        Reads ``ts`` ± a span (4 gaps, at least an hour), doubling it while the conversation
+        before or after ``ts`` may continue past the span's edge (up to ``MAX_WINDOW_SECONDS``).
+        The window runs from the start of the last conversation beginning at or before ``ts``
+        to the end of the first one beginning after it: every stored conversation row that held
+        a message at ``ts`` lies inside, whether that message was added, edited or deleted.
+        """
+        gap = self.config.conversation_gap_minutes * 60
+        center = float(ts)
+        span = max(4 * gap, 3600.0)
+        while True:
+            lo_bound, hi_bound = center - span, center + span
+            renderer = self._renderer()
+            messages: dict[str, SlackMessage] = {}
+            for raw in self.client.history(channel.id, oldest=f"{lo_bound:.6f}", latest=f"{hi_bound:.6f}"):
+                if isinstance(raw, dict) and valid_ts(raw.get("ts")):
+                    message = renderer.message(raw)
+                    if message is not None:
+                        messages.setdefault(message.ts, message)
+            _, loose = split_threads(list(messages.values()))
+            groups = group_conversations(loose, gap_seconds=gap)
+            before = [g for g in groups if g[0].seconds <= center]
+            after = [g for g in groups if g[0].seconds > center]
+            first = before[-1] if before else (after[0] if after else None)
+            last = after[0] if after else first
+            open_below = first is not None and first[0].seconds - lo_bound <= gap
+            open_above = last is not None and hi_bound - last[-1].seconds <= gap and hi_bound < time.time()
+            if not (open_below or open_above) or span >= MAX_WINDOW_SECONDS:
+                break
+            span *= 2
+        if first is None or last is None:
+            return ConversationWindow(channel_id=channel.id, lo_ts=ts, hi_ts=ts)
+        chosen = groups[groups.index(first) : groups.index(last) + 1]
+        rows = [conversation_row(channel, g, workspace_url=self.config.workspace_url, mark_bots=True) for g in chosen]
+        lo_ts = min(first[0].ts, ts, key=ts_key)
+        hi_ts = max(last[-1].ts, ts, key=ts_key)
+        return ConversationWindow(channel_id=channel.id, lo_ts=lo_ts, hi_ts=hi_ts, rows=rows)
+
+    # -- shared --------------------------------------------------------------------------------
+
+    def channel(self, channel_id: str, *, fresh: bool = False) -> SlackChannel:
+        """The channel's name, privacy and (private only) members; cached for a minute per process.
+
+        ``fresh`` skips the cache (full runs). Raises ``SlackError`` (``channel_not_found``...).
+        """
+        key = (self.client._cache_scope, channel_id)
+        now = time.monotonic()
+        if not fresh:
+            with _channel_cache_lock:
+                cached = _channel_cache.get(key)
+            if cached is not None and cached[0] > now:
+                return cached[1]
+        info = self.client.channel(channel_id)
+        private = bool(info.get("is_private") or info.get("is_group"))
+        members = self.client.members(channel_id) if private else []
+        channel = SlackChannel(
+            id=channel_id, name=str(info.get("name") or channel_id), private=private, members=members
+        )
+        with _channel_cache_lock:
+            _channel_cache[key] = (now + CHANNEL_CACHE_SECONDS, channel)
+        return channel
+
+    def _renderer(self) -> SlackRenderer:
+        return SlackRenderer(users=LazyUserNames(self.client), channel_names={}, attachment_text=True)
+
+
+def _has_replies(raw: dict[str, Any]) -> bool:
+    count = raw.get("reply_count")
+    return isinstance(count, int) and count > 0 and valid_ts(raw.get("ts"))
