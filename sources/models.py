@@ -179,3 +179,23 @@ class TermStat(TenantOwned):
 
     def __str__(self) -> str:
         return f"{self.lexeme}: {self.ndoc}"
+
+
+class SlackEventSeen(TenantOwned):
+    """An Events API ``event_id`` a live Slack source has already applied (the durable dedupe guard).
+
+    Slack may deliver one event more than once (retries, reconnects, a listener restart); the
+    unique constraint makes the second insert a no-op, so the event is applied once. Rows older
+    than a few days are pruned by the listener (Slack retries within hours).
+    """
+
+    source = models.ForeignKey(DataSource, on_delete=models.CASCADE, related_name="+")
+    event_id = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["source", "event_id"], name="slackeventseen_unique_event")]
+        indexes = [models.Index(fields=["source", "created_at"], name="slackeventseen_age_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.event_id} in {self.source_id}"

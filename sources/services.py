@@ -9,8 +9,10 @@ longer yields are deleted only when a run completes, so a failed run loses nothi
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Callable, Iterable
-from typing import Any
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
@@ -19,9 +21,13 @@ from django.utils.text import slugify
 from kbportal.tenancy import tenant_context
 from sources.connectors.base import ConnectorError, DocumentRow, IngestReport
 from sources.connectors.registry import build_connector
+from sources.connectors.slack_rows import ts_key, valid_ts
 from sources.embeddings import get_embedder
-from sources.models import DataSource, Document, IngestionRun, ProjectSource
+from sources.models import DataSource, Document, IngestionRun, ProjectSource, SlackEventSeen
 from sources.text import identifier_terms
+
+if TYPE_CHECKING:
+    from sources.connectors.slack.events import SlackChange
 
 logger = logging.getLogger(__name__)
 
@@ -85,12 +91,25 @@ def ingestion_run_create(*, tenant_id: int, source_id: int) -> IngestionRun:
 class _Batcher:
     """Upserts rows of one run in batches, each batch one transaction in the tenant's context."""
 
-    def __init__(self, *, tenant_id: int, source_id: int, generation: int, run: IngestionRun, report: IngestReport):
+    def __init__(
+        self,
+        *,
+        tenant_id: int,
+        source_id: int,
+        generation: int,
+        run: IngestionRun | None,
+        report: IngestReport,
+        maintain_term_stats: bool = False,
+    ):
         self.tenant_id = tenant_id
         self.source_id = source_id
         self.generation = generation
-        self.run = run
+        self.run = run  # None for a partial (live) update: counts stay in ``counts``
         self.report = report
+        # A full run recomputes term statistics at its end; a partial update keeps them current
+        # row by row, so new words are searchable (lexically) at once.
+        self.maintain_term_stats = maintain_term_stats
+        self.counts: dict[str, int] = {"seen": 0, "created": 0, "updated": 0, "unchanged": 0, "embedded": 0}
         self.pending: list[DocumentRow] = []
         self.seen_ids: set[str] = set()
         self.embedder = None
@@ -196,18 +215,39 @@ class _Batcher:
             writes = [(doc, "create") for doc in creates] + [
                 (doc, "update+vector" if has else "update") for doc, has in updates
             ]
+            replaced_ids = [doc.pk for doc, _ in updates]
+            if self.maintain_term_stats:
+                _term_stats_adjust(self.tenant_id, self.source_id, replaced_ids, -1)
             failed = self._write(writes, update_fields)
             creates = [d for d in creates if d.external_id not in failed]
             updates = [(d, has) for d, has in updates if d.external_id not in failed]
-            run = self.run
-            run.seen += len(rows)
-            run.created += len(creates)
-            run.updated += len(updates)
-            run.unchanged += len(unchanged_ids)
-            run.embedded += len(vectors)
-            IngestionRun.objects.filter(pk=run.pk).update(
-                seen=run.seen, created=run.created, updated=run.updated, unchanged=run.unchanged, embedded=run.embedded
-            )
+            if self.maintain_term_stats:
+                # A refused update left the old row, whose counts come back here too.
+                _term_stats_adjust(self.tenant_id, self.source_id, replaced_ids + [d.pk for d in creates], +1)
+                _indexed_rows_adjust(self.source_id, len(creates))
+            batch = {
+                "seen": len(rows),
+                "created": len(creates),
+                "updated": len(updates),
+                "unchanged": len(unchanged_ids),
+                "embedded": len(vectors),
+            }
+            for key, value in batch.items():
+                self.counts[key] += value
+            if self.run is not None:
+                run = self.run
+                run.seen += batch["seen"]
+                run.created += batch["created"]
+                run.updated += batch["updated"]
+                run.unchanged += batch["unchanged"]
+                run.embedded += batch["embedded"]
+                IngestionRun.objects.filter(pk=run.pk).update(
+                    seen=run.seen,
+                    created=run.created,
+                    updated=run.updated,
+                    unchanged=run.unchanged,
+                    embedded=run.embedded,
+                )
 
     def _write(self, writes: list[tuple[Document, str]], update_fields: list[str]) -> set[str]:
         """Write the batch; if PostgreSQL refuses it, write row by row and skip the bad rows.
@@ -383,3 +423,245 @@ def source_ingest(
             ]
         )  # fmt: skip
     return run
+
+
+# -- partial updates (live sources) -----------------------------------------------------------
+
+
+def _term_stats_adjust(tenant_id: int, source_id: int, document_ids: list[int], sign: int) -> None:
+    """Add (``sign`` +1) or remove (-1) the lexemes of these rows' ``search_vector`` to the source's
+    ``TermStat`` counts, so IDF stays right between full runs. Runs in the caller's tenant context."""
+    if not document_ids:
+        return
+    counts = """
+        SELECT lexeme, count(*) AS n
+        FROM sources_document d, unnest(tsvector_to_array(d.search_vector)) AS lexeme
+        WHERE d.id = ANY(%(ids)s) AND d.source_id = %(source)s AND length(lexeme) <= 255
+        GROUP BY lexeme
+    """
+    params = {"ids": list(document_ids), "source": source_id, "tenant": tenant_id}
+    with connection.cursor() as cursor:
+        if sign > 0:
+            cursor.execute(
+                f"""
+                INSERT INTO sources_termstat (tenant_id, source_id, lexeme, ndoc)
+                SELECT %(tenant)s, %(source)s, c.lexeme, c.n FROM ({counts}) AS c
+                ON CONFLICT (source_id, lexeme) DO UPDATE SET ndoc = sources_termstat.ndoc + EXCLUDED.ndoc
+                """,
+                params,
+            )
+        else:
+            cursor.execute(
+                f"""
+                UPDATE sources_termstat AS t SET ndoc = greatest(t.ndoc - c.n, 0)
+                FROM ({counts}) AS c WHERE t.source_id = %(source)s AND t.lexeme = c.lexeme
+                """,
+                params,
+            )
+            cursor.execute("DELETE FROM sources_termstat WHERE source_id = %s AND ndoc = 0", [source_id])
+
+
+def _indexed_rows_adjust(source_id: int, delta: int) -> None:
+    if delta:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE sources_datasource SET indexed_rows = greatest(indexed_rows + %s, 0) WHERE id = %s",
+                [delta, source_id],
+            )
+
+
+def source_rows_upsert(*, tenant_id: int, source_id: int, rows: Iterable[DocumentRow]) -> dict[str, Any]:
+    """Write these rows of a source (a partial update: rows not given are left alone).
+
+    The same path as a full run: upsert by external id, compare by content hash, embed only
+    rows whose embedded text changed; term statistics and the source's row count are adjusted
+    in the same transaction, so new words are searchable at once. Returns ``{"seen", "created",
+    "updated", "unchanged", "embedded", "skipped": [{item, reason}]}`` (rows). Raises
+    ``DataSource.DoesNotExist`` when the source is gone. Runs inside the tenant's context.
+    """
+    with tenant_context(tenant_id):
+        source = DataSource.objects.get(pk=source_id)
+        generation = source.generation
+    report = IngestReport()
+    batcher = _Batcher(
+        tenant_id=tenant_id,
+        source_id=source_id,
+        generation=generation,
+        run=None,
+        report=report,
+        maintain_term_stats=True,
+    )
+    rows = list(rows)
+    for row in rows:
+        batcher.add(row, report)
+    batcher.flush()
+    if any(row.parent_external_id for row in rows):
+        with tenant_context(tenant_id):
+            _link_parents(source_id)
+    for item in report.skipped:
+        logger.warning("source %s: row %s not written: %s", source_id, item["item"], item["reason"])
+    return {**batcher.counts, "skipped": report.skipped}
+
+
+def source_rows_delete(*, tenant_id: int, source_id: int, external_ids: Iterable[str]) -> int:
+    """Delete these rows of a source (a partial update); returns how many existed.
+
+    Children pointing at a deleted row are unlinked; term statistics and the row count are
+    adjusted in the same transaction. Runs inside the tenant's context.
+    """
+    external_ids = [str(e) for e in external_ids if e]
+    if not external_ids:
+        return 0
+    with tenant_context(tenant_id):
+        ids = list(
+            Document.objects.filter(source_id=source_id, external_id__in=external_ids).values_list("id", flat=True)
+        )
+        if not ids:
+            return 0
+        _term_stats_adjust(tenant_id, source_id, ids, -1)
+        Document.objects.filter(source_id=source_id, parent_id__in=ids).update(parent_id=None)
+        deleted, _ = Document.objects.filter(pk__in=ids).delete()
+        _indexed_rows_adjust(source_id, -len(ids))
+    return len(ids)
+
+
+# -- live Slack -------------------------------------------------------------------------------
+
+
+def _slack_channel_lock(source_id: int, channel: str) -> None:
+    """Serialise refreshes of one channel of one source until the current transaction ends.
+
+    Two workers refreshing the same thread could otherwise write an older fetch over a newer
+    one (and a purge could be undone by a refresh that fetched before the deletion).
+    """
+    key = zlib.crc32(channel.encode()) - 2**31  # int4 range for the two-key advisory lock
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [int(source_id) % 2**31, key])
+
+
+def _stale_conversations(source_id: int, channel: str, lo_ts: str, hi_ts: str, keep: set[str]) -> list[str]:
+    """External ids of the channel's stored conversation rows overlapping ``[lo_ts, hi_ts]``, not in ``keep``."""
+    lo, hi = ts_key(lo_ts), ts_key(hi_ts)
+    stored = Document.objects.filter(
+        source_id=source_id, kind="conversation", metadata__contains={"channel_id": channel}
+    ).values_list("external_id", "metadata__first_ts", "metadata__last_ts")
+    return [
+        external_id
+        for external_id, first_ts, last_ts in stored
+        if external_id not in keep
+        and valid_ts(first_ts)
+        and valid_ts(last_ts)
+        and ts_key(first_ts) <= hi
+        and ts_key(last_ts) >= lo
+    ]
+
+
+def slack_thread_refresh(*, tenant_id: int, source_id: int, channel: str, thread_ts: str) -> dict[str, Any]:
+    """Re-fetch one Slack thread (``conversations.replies``) and write it back as one row.
+
+    The thread row is replaced whole (parent, replies, participants, last activity), or deleted
+    when Slack has no thread there any more; when the parent is or becomes a loose message the
+    conversation rows around it are rebuilt too (stale ones deleted). Holds a per-channel
+    advisory lock from fetch to write. Returns ``{"thread": "written"|"deleted"|"none",
+    "written", "embedded", "deleted"}`` (row counts). Raises ``DataSource.DoesNotExist``,
+    ``ConnectorError`` for a source that is not ``slack``, and ``SlackError``/``SlackRateLimited``
+    (with ``retry_after`` seconds) from the Web API.
+    """
+    with tenant_context(tenant_id):
+        source = DataSource.objects.get(pk=source_id)
+    if source.kind != "slack":
+        raise ConnectorError(f"data source {source.slug!r} is a {source.kind!r} source, not 'slack'")
+    connector = build_connector(source.kind, source.config, include=source.include, exclude=source.exclude)
+    thread_id = f"{channel}:{thread_ts}"
+    with transaction.atomic():
+        _slack_channel_lock(source_id, channel)
+        with tenant_context(tenant_id):
+            had_thread = Document.objects.filter(source_id=source_id, external_id=thread_id).exists()
+        refresh = connector.refresh_thread(channel, thread_ts, had_thread_row=had_thread)
+        rows = [refresh.thread_row] if refresh.thread_row is not None else []
+        stale: list[str] = [] if refresh.thread_row is not None or not had_thread else [thread_id]
+        if refresh.window is not None:
+            rows += refresh.window.rows
+            with tenant_context(tenant_id):
+                stale += _stale_conversations(
+                    source_id,
+                    channel,
+                    refresh.window.lo_ts,
+                    refresh.window.hi_ts,
+                    keep={row.external_id for row in refresh.window.rows},
+                )
+        deleted = source_rows_delete(tenant_id=tenant_id, source_id=source_id, external_ids=stale)
+        counts = source_rows_upsert(tenant_id=tenant_id, source_id=source_id, rows=rows)
+    state = "written" if refresh.thread_row is not None else ("deleted" if had_thread else "none")
+    return {
+        "thread": state,
+        "written": counts["created"] + counts["updated"],
+        "embedded": counts["embedded"],
+        "deleted": deleted,
+    }
+
+
+def slack_message_purge(*, tenant_id: int, source_id: int, channel: str, ts: str, thread_ts: str) -> int:
+    """Delete at once every row of the source that holds the Slack message ``ts``; returns the count.
+
+    That is its thread's row (``<channel>:<thread_ts>``), the thread it started
+    (``<channel>:<ts>``) and the conversation row spanning it. Called on ``message_deleted``
+    before the refresh is queued, so a deleted message is never cited again even while the
+    refresh waits; the refresh then writes back what remains.
+    """
+    with transaction.atomic():
+        _slack_channel_lock(source_id, channel)
+        with tenant_context(tenant_id):
+            holders = _stale_conversations(source_id, channel, ts, ts, keep=set())
+        ids = {f"{channel}:{thread_ts}", f"{channel}:{ts}", *holders}
+        return source_rows_delete(tenant_id=tenant_id, source_id=source_id, external_ids=sorted(ids))
+
+
+def slack_event_claim(*, tenant_id: int, source_id: int, event_id: str) -> bool:
+    """Record an Events API ``event_id`` for the source; false when it was already recorded.
+
+    The durable half of the listener's dedupe (a unique constraint), so a redelivery after a
+    restart is still applied once. Runs inside the tenant's context.
+    """
+    with tenant_context(tenant_id):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO sources_slackeventseen (tenant_id, source_id, event_id, created_at) "
+                "VALUES (%s, %s, %s, now()) ON CONFLICT (source_id, event_id) DO NOTHING RETURNING id",
+                [tenant_id, source_id, event_id[:64]],
+            )
+            return cursor.fetchone() is not None
+
+
+def slack_event_apply(
+    *,
+    tenant_id: int,
+    source_id: int,
+    change: SlackChange,
+    enqueue: Callable[[int, int, str, str], Any],
+) -> bool:
+    """Apply one Slack message event: claim its id, purge a deleted message's rows, queue the refresh.
+
+    ``enqueue(tenant_id, source_id, channel, thread_ts)`` queues the thread refresh (the
+    ``sources.slack_refresh_thread`` task); it runs after the claim commits. Returns false (and
+    does nothing) for an event id already claimed. Raises what the database raises; then the
+    claim is rolled back and a redelivery is applied.
+    """
+    with transaction.atomic():
+        if not slack_event_claim(tenant_id=tenant_id, source_id=source_id, event_id=change.event_id):
+            return False
+        if change.action == "delete":
+            slack_message_purge(
+                tenant_id=tenant_id, source_id=source_id, channel=change.channel, ts=change.ts,
+                thread_ts=change.thread_ts,
+            )  # fmt: skip
+        transaction.on_commit(lambda: enqueue(tenant_id, source_id, change.channel, change.thread_ts))
+    return True
+
+
+def slack_events_prune(*, tenant_id: int, source_id: int, older_than_hours: float = 72.0) -> int:
+    """Forget claimed event ids older than ``older_than_hours`` (Slack retries within hours); returns the count."""
+    cutoff = timezone.now() - timedelta(hours=older_than_hours)
+    with tenant_context(tenant_id):
+        deleted, _ = SlackEventSeen.objects.filter(source_id=source_id, created_at__lt=cutoff).delete()
+    return deleted
