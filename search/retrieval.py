@@ -391,6 +391,37 @@ def symbol_ranking(
         return [row[0] for row in cursor.fetchall()]
 
 
+SYMBOL_WORDS_SQL = (
+    "to_tsvector('english', regexp_replace(regexp_replace(regexp_replace(coalesce(d.metadata->>'symbol', ''), "
+    "'([A-Z]+)([A-Z][a-z])', '\\1 \\2', 'g'), '([a-z0-9])([A-Z])', '\\1 \\2', 'g'), '[_.]', ' ', 'g'))"
+)
+
+
+def symbol_name_ranking(
+    scope: QueryScope, *, terms: QueryTerms, kinds: Sequence[str], limit: int = CANDIDATES_PER_RANKER
+) -> list[int]:
+    """Code definitions whose *name's words* the question uses, the best-covered names first.
+
+    ``WebSocketRequestValidationError`` is read as "web socket request validation error";
+    ranked by ``ts_rank`` normalised by the name's distinct words (flag 8), so a question
+    using most of a short name's words ranks that definition high.
+    """
+    lexemes = [lx for lx in terms.lexemes if terms.df.get(lx)]
+    if not lexemes:
+        return []
+    where, params = scope_where_sql(scope, kinds)
+    params.update(q=_tsquery_literal(lexemes), limit=limit)
+    sql = f"""
+        SELECT d.id FROM sources_document d
+        WHERE {where} AND d.metadata ? 'symbol' AND {SYMBOL_WORDS_SQL} @@ %(q)s::tsquery
+        ORDER BY ts_rank({SYMBOL_WORDS_SQL}, %(q)s::tsquery, 8) DESC, d.start_line NULLS LAST, d.id
+        LIMIT %(limit)s
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [row[0] for row in cursor.fetchall()]
+
+
 def dense_ranking(
     query_vector: Sequence[float],
     scope: QueryScope,
@@ -638,6 +669,8 @@ def hybrid_search(
                 dense = dense_ranking(query_vector, scope, kinds=restricted)
                 rankings[f"dense:{family}"] = [doc_id for doc_id, _ in dense]
                 similarities.update(dense)
+            if family == "code" and terms is not None:
+                rankings["symbol_name:code"] = symbol_name_ranking(scope, terms=terms, kinds=restricted)
         if any(":" in name for name in rankings):
             timings["intents"] = (time.perf_counter() - t0) * 1000
         t0 = time.perf_counter()

@@ -212,3 +212,42 @@ def test_idf_statistics_drop_ubiquitous_terms_and_rank_rare_ones(make_tenant, se
         # A row with only common words is not in the rare list at all, nor in the lexical one.
         lexical = lexical_ranking("thanks, sounds good! any ERR_QUOKKA_TIMEOUT today?", scope, terms=terms)
         assert set(lexical) == set(ranked)
+
+
+@pytest.mark.django_db
+def test_symbol_name_ranker_reads_the_words_of_definition_names(make_tenant, settings):
+    import importlib
+
+    from kbportal.tenancy import tenant_context
+    from search.retrieval import SYMBOL_WORDS_SQL, query_terms, symbol_name_ranking
+    from sources.models import Document
+    from sources.services import source_create, source_ingest
+
+    settings.KB_CUSTOM_CONNECTORS = {"test_rows": "tests.search.rows_connector.RowsConnector"}
+    t = make_tenant("symwords")
+
+    def chunk(symbol: str, body: str) -> dict:
+        return {"external_id": f"errors.py#{symbol}", "kind": "code_chunk", "title": f"errors.py: {symbol}",
+                "path": "errors.py", "start_line": 1, "end_line": 3, "content": body,
+                "metadata": {"symbol": symbol, "symbol_kind": "class"}}  # fmt: skip
+
+    rows = [
+        chunk("HTTPException", "class HTTPException(Exception): raised for an error response"),
+        chunk("WebSocketRequestValidationError", "class WebSocketRequestValidationError(ValidationException): pass"),
+        chunk("APIRoute", "class APIRoute: a route with request validation of its body"),
+    ]
+    source = source_create(
+        tenant_id=t.tenant.pk, kind="test_rows", name="Code", config={"rows": rows}, project_ids=[t.project.pk]
+    )
+    assert source_ingest(tenant_id=t.tenant.pk, source_id=source.pk).status == "succeeded"
+    scope = scope_for_user(t.admin)
+    question = "Which error is raised when a web socket request fails validation?"
+    with tenant_context(scope.tenant_id):
+        ranked = symbol_name_ranking(scope, terms=query_terms(question, scope), kinds=["code_chunk"])
+        external = dict(Document.objects.filter(pk__in=ranked).values_list("pk", "external_id"))
+    names = [external[i] for i in ranked]
+    assert names[0] == "errors.py#WebSocketRequestValidationError"
+    assert "errors.py#HTTPException" not in names  # no word of its name is asked for
+    # The planner can only use the expression index when the query's expression is the index's.
+    migration = importlib.import_module("sources.migrations.0008_symbol_words_index")
+    assert SYMBOL_WORDS_SQL.replace("d.metadata", "metadata") == migration.EXPRESSION
