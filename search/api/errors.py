@@ -3,8 +3,9 @@
 - ``error``: one sentence naming the input at fault (``"q: This field is required."``);
 - ``field``: the request field or query parameter at fault, or ``null``;
 - ``code``: machine-readable (``invalid``, ``required``, ``not_found``, ``revoked``, ``throttled``...);
-- ``request_id``: the ``X-Request-ID`` response header (every API response has one; a caller's
-  own ``X-Request-ID`` of 8-64 safe characters is kept), logged with a 500;
+- ``request_id``: the ``X-Request-ID`` response header, assigned to every request by
+  ``kbportal.middleware.RequestIdMiddleware`` (a caller's own ``X-Request-ID`` of 8-64 safe
+  characters is kept) and recorded on its audit events; logged with a 500;
 - ``errors`` (400 only): every field's messages; ``reason`` (401 for a refused token);
   ``retry_after`` (429 only, seconds; also the ``Retry-After`` header).
 
@@ -17,8 +18,6 @@ and ``handler500``: JSON under ``/api/``, Django's own pages elsewhere.
 from __future__ import annotations
 
 import logging
-import re
-import uuid
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -30,10 +29,11 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
+from kbportal.middleware import request_id_for
+
 logger = logging.getLogger(__name__)
 
 API_PATH_PREFIX = "/api/"
-_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{8,64}")
 
 
 class FieldNotFound(exceptions.NotFound):
@@ -51,10 +51,9 @@ def field_error(field: str, message: str) -> exceptions.ValidationError:
 
 
 def request_id(request: Any) -> str:
-    """The caller's ``X-Request-ID`` when it is 8-64 safe characters, else a new UUID (hex)."""
-    meta = getattr(request, "META", {}) if request is not None else {}
-    given = meta.get("HTTP_X_REQUEST_ID", "")
-    return given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+    """The request's id (``kbportal.middleware.request_id_for``): the middleware's, else the
+    caller's ``X-Request-ID`` when it is 8-64 safe characters, else a new UUID (hex)."""
+    return request_id_for(request)
 
 
 def _first_error(detail: Any, prefix: str = "") -> tuple[str | None, str]:
