@@ -68,6 +68,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: every response, errors included, carries X-Request-ID, and the audit log sees it.
+    "kbportal.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -76,6 +78,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",
+    # One api.call audit event per /api/v1/ request, after DRF has authenticated it.
+    "search.api.middleware.ApiCallAuditMiddleware",
 ]
 
 ROOT_URLCONF = "kbportal.urls"

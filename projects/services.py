@@ -13,6 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import slugify
 
+from kbportal.audit import audit_record
 from kbportal.tenancy import tenant_context
 from projects.models import ApiToken, Membership, Profile, Project, Tenant
 from projects.selectors import API_TOKEN_PREFIX_CHARS, API_TOKEN_SECRET_CHARS, TokenIdentity, api_token_hash
@@ -130,7 +131,9 @@ def api_token_create(
     secret); the row stores its SHA-256 only. ``user`` must be a member of ``tenant``; ``None``
     makes a service token, which must name a ``project``. ``project`` (of ``tenant``) pins the
     token to it; without one the token follows the user's default project. ``expires_in_days``
-    (>= 1) sets ``expires_at``; ``None`` never expires. Raises :class:`ApiTokenError`.
+    (>= 1) sets ``expires_at``; ``None`` never expires. Raises :class:`ApiTokenError`. Writes
+    the ``token.create`` audit event (prefix, name, user, project) in the same transaction; its
+    actor is the current request's user (none from ``manage.py``).
     """
     name = (name or "").strip()
     if not name or len(name) > 100:
@@ -157,14 +160,39 @@ def api_token_create(
             project=project,
             expires_at=expires_at,
         )
+        audit_record(
+            action="token.create",
+            tenant_id=tenant.pk,
+            object_type="projects.apitoken",
+            object_id=token.pk,
+            data={
+                "prefix": prefix,
+                "name": name,
+                "user": user.get_username() if user is not None else None,
+                "project": project.slug if project is not None else None,
+                "expires_at": expires_at,
+            },
+        )
     return token, raw
 
 
 def api_token_revoke(*, token: ApiToken) -> ApiToken:
-    """Revoke ``token`` now (in its tenant's context); revoking again keeps the first time."""
+    """Revoke ``token`` now (in its tenant's context); revoking again keeps the first time.
+
+    The ``token.revoke`` audit event is written in the same transaction, only when this call
+    revoked it (its actor is the current request's user; none from ``manage.py``).
+    """
     with tenant_context(token.tenant_id):
-        ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        revoked = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
         token.refresh_from_db(fields=["revoked_at"])
+        if revoked:
+            audit_record(
+                action="token.revoke",
+                tenant_id=token.tenant_id,
+                object_type="projects.apitoken",
+                object_id=token.pk,
+                data={"prefix": token.prefix, "name": token.name},
+            )
     return token
 
 

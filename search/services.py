@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from django.db import connection
 
+from kbportal.audit import audit_record
 from kbportal.tenancy import tenant_context
 from projects.selectors import membership_list_for_user
 from search.models import AnswerFeedback, AnswerRecord
@@ -191,11 +192,13 @@ def _db_text(text: str) -> str:
 def answer_record_create(*, scope: QueryScope, result: AskResult) -> AnswerRecord:
     """Record an asked question and its answer in the scope's tenant; returns the row.
 
-    Runs in its own tenant-context transaction. Stores document ids (not foreign keys) of the
-    evidence and of the cited blocks, the tools' report, and the timings (milliseconds).
+    Runs in its own tenant-context transaction, which also writes the ``ask`` audit event
+    (question, answer id, project, evidence and cited document ids). Stores document ids (not
+    foreign keys) of the evidence and of the cited blocks, the tools' report, and the timings
+    (milliseconds).
     """
     with tenant_context(scope.tenant_id, user_id=scope.user_id):
-        return AnswerRecord.objects.create(
+        record = AnswerRecord.objects.create(
             tenant_id=scope.tenant_id,
             user_id=scope.user_id,
             project_id=scope.project_id,
@@ -211,6 +214,53 @@ def answer_record_create(*, scope: QueryScope, result: AskResult) -> AnswerRecor
             first_token_ms=result.timings_ms.get("first_token"),
             error=result.answer.error,
         )
+        audit_record(
+            action="ask",
+            tenant_id=scope.tenant_id,
+            actor=scope.user_id,
+            object_type="search.answerrecord",
+            object_id=record.pk,
+            data={
+                "question": record.question,
+                "answer_id": str(record.public_id),
+                "project": scope.project_slug,
+                "answered": record.answered,
+                "evidence_ids": record.evidence_document_ids,
+                "cited_ids": record.cited_document_ids,
+                "tools": [t.get("tool") for t in record.tools if isinstance(t, dict)],
+                "latency_ms": record.latency_ms,
+            },
+        )
+    return record
+
+
+def search_record(
+    *,
+    scope: QueryScope,
+    query: str,
+    document_ids: list[int],
+    tool: str = "search",
+    kinds: list[str] | None = None,
+    people: list[str] | None = None,
+) -> None:
+    """Write the ``search`` audit event of a search the web page or the API ran for ``scope``.
+
+    ``data``: ``tool`` (``search`` or ``who_knows``), ``query``, ``project`` (slug),
+    ``hits`` (the document ids returned, in rank order), ``count``, and ``kinds`` or ``people``
+    when given. The actor is the scope's user; the token prefix and request id the request's.
+    """
+    data: dict[str, Any] = {
+        "tool": tool,
+        "query": query,
+        "project": scope.project_slug,
+        "hits": list(document_ids),
+        "count": len(document_ids),
+    }
+    if kinds:
+        data["kinds"] = list(kinds)
+    if people is not None:
+        data["people"] = list(people)
+    audit_record(action="search", tenant_id=scope.tenant_id, actor=scope.user_id, data=data)
 
 
 class AnswerNotFound(LookupError):
@@ -226,7 +276,8 @@ def answer_feedback_submit(*, actor, answer_id: str | uuid.UUID, vote: int, comm
     Voting again on the same answer replaces the earlier vote and comment. Only the asker may
     vote: an answer of another user, of another tenant, or of a tenant the actor has left raises
     ``AnswerNotFound`` (a view answers 404). Raises ``ValueError`` for a vote other than +1/-1.
-    The comment is cut to ``FEEDBACK_COMMENT_CHARS`` characters. One transaction.
+    The comment is cut to ``FEEDBACK_COMMENT_CHARS`` characters. One transaction, with the
+    ``feedback`` audit event (answer id, vote, comment).
     """
     if vote not in (AnswerFeedback.Vote.UP, AnswerFeedback.Vote.DOWN):
         raise ValueError("vote must be +1 or -1")
@@ -252,6 +303,14 @@ def answer_feedback_submit(*, actor, answer_id: str | uuid.UUID, vote: int, comm
                     "vote": int(vote),
                     "comment": comment,
                 },
+            )
+            audit_record(
+                action="feedback",
+                tenant_id=record.tenant_id,
+                actor=actor,
+                object_type="search.answerrecord",
+                object_id=record.pk,
+                data={"answer_id": str(record.public_id), "vote": feedback.vote, "comment": comment},
             )
             return feedback
     raise AnswerNotFound("no such answer")

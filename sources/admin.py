@@ -1,7 +1,10 @@
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.models import ADDITION, CHANGE
 
 from kbportal.admin import OwnerDatabaseAdmin, OwnerDatabaseInline
+from kbportal.audit import audit_record
+from kbportal.tenancy import tenant_context
 from sources.models import DataSource, Document, IngestionRun, ProjectSource
 
 
@@ -39,6 +42,9 @@ class DataSourceAdmin(OwnerDatabaseAdmin):
     readonly_fields = ["generation", "last_synced_at", "public_id"]
     inlines = [ProjectSourceInline]
     actions = ["sync_now"]
+    # A source added or edited here is audited as source.create / source.update (with
+    # "via": "admin"), like one made through sources.services.
+    audit_actions = {ADDITION: "source.create", CHANGE: "source.update"}
 
     @admin.action(description="Sync now (queue an ingestion run)")
     def sync_now(self, request, queryset):
@@ -46,7 +52,17 @@ class DataSourceAdmin(OwnerDatabaseAdmin):
         from sources.tasks import ingest_source
 
         for source in queryset:
-            run = ingestion_run_create(tenant_id=source.tenant_id, source_id=source.pk)
+            with tenant_context(source.tenant_id):
+                run = ingestion_run_create(tenant_id=source.tenant_id, source_id=source.pk)
+                audit_record(
+                    action="source.sync",
+                    tenant_id=source.tenant_id,
+                    actor=request.user,
+                    token_prefix=None,
+                    object_type="sources.datasource",
+                    object_id=source.pk,
+                    data={"source": source.slug, "run_id": run.pk, "via": "admin"},
+                )
             ingest_source.delay(source.tenant_id, source.pk, run.pk)
         messages.success(request, f"Queued {queryset.count()} ingestion run(s).")
 

@@ -18,6 +18,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from kbportal.audit import audit_record
 from kbportal.tenancy import tenant_context
 from sources.connectors.base import ConnectorError, DocumentRow, IngestReport
 from sources.connectors.registry import build_connector
@@ -52,7 +53,9 @@ def source_create(
     """Create a data source after validating ``config`` with its connector's model.
 
     Raises ``ConnectorError`` naming the kind and the invalid fields. Runs inside the tenant's
-    context; attaches the source to ``project_ids`` (projects of the same tenant).
+    context; attaches the source to ``project_ids`` (projects of the same tenant). Writes the
+    ``source.create`` audit event in the same transaction (config field names only: values may
+    be secrets).
     """
     build_connector(kind, config, include=include, exclude=exclude)  # validation only
     with tenant_context(tenant_id):
@@ -68,16 +71,33 @@ def source_create(
         )
         for project_id in project_ids:
             ProjectSource.objects.create(tenant_id=tenant_id, project_id=project_id, source=source)
+        audit_record(
+            action="source.create",
+            tenant_id=tenant_id,
+            object_type="sources.datasource",
+            object_id=source.pk,
+            data={"source": source.slug, "kind": kind, "name": name, "config_keys": sorted(config),
+                  "projects": list(project_ids)},
+        )  # fmt: skip
     return source
 
 
 def source_update_config(*, tenant_id: int, source_id: int, config: dict[str, Any]) -> DataSource:
-    """Replace a source's config after validating it. Raises ``ConnectorError``."""
+    """Replace a source's config after validating it. Raises ``ConnectorError``. Writes the
+    ``source.update`` audit event in the same transaction (the names of the fields that changed)."""
     with tenant_context(tenant_id):
         source = DataSource.objects.get(pk=source_id)
         build_connector(source.kind, config, include=source.include, exclude=source.exclude)
+        changed = sorted(k for k in set(source.config) | set(config) if source.config.get(k) != config.get(k))
         source.config = config
         source.save(update_fields=["config"])
+        audit_record(
+            action="source.update",
+            tenant_id=tenant_id,
+            object_type="sources.datasource",
+            object_id=source.pk,
+            data={"source": source.slug, "changed_keys": changed},
+        )
     return source
 
 

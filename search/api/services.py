@@ -1,14 +1,24 @@
-"""The API's one write of its own: queue a "sync now" of a data source, as the admin action does."""
+"""The API's writes of its own: queue a "sync now" of a data source (as the admin action does),
+and the ``api.call`` audit event of each request."""
 
 from __future__ import annotations
 
-from django.db import transaction
+from typing import Any
 
+from django.db import transaction
+from django.http import HttpRequest, HttpResponseBase
+from rest_framework.authentication import get_authorization_header
+
+from kbportal.audit import audit_record
+from kbportal.tenancy import tenant_context
+from projects.selectors import ApiTokenRejected, TokenIdentity, api_token_parse, user_tenant_id
 from search.api.authentication import ApiCaller
 from search.api.selectors import caller_is_tenant_admin, source_get_for_caller
 from sources.models import IngestionRun
 from sources.services import ingestion_run_create
 from sources.tasks import ingest_source
+
+API_PATH = "/api/v1/"
 
 
 class SyncForbidden(PermissionError):
@@ -18,15 +28,76 @@ class SyncForbidden(PermissionError):
 def source_sync_request(*, actor: ApiCaller, source_slug: str) -> IngestionRun:
     """Queue an ingestion run of data source ``source_slug``; returns the queued run.
 
-    Creates the ``IngestionRun`` (status ``queued``) and, once the transaction commits, sends
-    ``sources.tasks.ingest_source(tenant_id, source_id, run_id)`` to the ``ingest`` queue (the
-    admin's "sync now"). Raises ``SourceNotFound`` (-> 404) for a source outside the actor's
-    projects, then ``SyncForbidden`` (-> 403) unless the actor is a person who is an owner or
-    admin of the tenant (a service token never is).
+    Creates the ``IngestionRun`` (status ``queued``) and its ``source.sync`` audit event in one
+    transaction and, once it commits, sends ``sources.tasks.ingest_source(tenant_id, source_id,
+    run_id)`` to the ``ingest`` queue (the admin's "sync now"). Raises ``SourceNotFound``
+    (-> 404) for a source outside the actor's projects, then ``SyncForbidden`` (-> 403) unless
+    the actor is a person who is an owner or admin of the tenant (a service token never is).
     """
     source = source_get_for_caller(actor, slug=source_slug)
     if not caller_is_tenant_admin(actor):
         raise SyncForbidden("only an owner or admin of the organization can sync a data source")
-    run = ingestion_run_create(tenant_id=source.tenant_id, source_id=source.pk)
+    with tenant_context(source.tenant_id, user_id=actor.user_id):
+        run = ingestion_run_create(tenant_id=source.tenant_id, source_id=source.pk)
+        audit_record(
+            action="source.sync",
+            tenant_id=source.tenant_id,
+            actor=actor.user,
+            token_prefix=actor.identity.prefix if actor.identity is not None else None,
+            object_type="sources.datasource",
+            object_id=source.pk,
+            data={"source": source.slug, "run_id": run.pk, "via": "api"},
+        )
     transaction.on_commit(lambda: ingest_source.delay(source.tenant_id, source.pk, run.pk))
     return run
+
+
+def _presented_prefix(request: HttpRequest) -> str | None:
+    """The public prefix of a bearer token the request presented, even a refused one."""
+    header = get_authorization_header(request).split()
+    if len(header) != 2 or header[0].lower() != b"bearer":
+        return None
+    try:
+        return api_token_parse(header[1].decode("ascii"))[0]
+    except (ApiTokenRejected, UnicodeError):
+        return None
+
+
+def api_call_record(*, request: HttpRequest, response: HttpResponseBase, ms: float) -> None:
+    """Write the ``api.call`` audit event of one finished ``/api/v1/`` request.
+
+    ``data``: ``method``, ``path``, ``status`` (HTTP), ``ms`` (wall time of the view, in
+    milliseconds, rounded to 0.1), ``view`` (the URL name, when one matched) and, for an error,
+    its ``code`` (``not_found``, ``revoked``, ``throttled``...). The tenant and actor are the API
+    token's (with its prefix), else the logged-in user's; a request nobody authenticated (no
+    credentials, a refused token) has no tenant, and keeps the refused token's prefix.
+    """
+    auth = getattr(request, "auth", None)
+    user = getattr(request, "user", None)
+    if isinstance(auth, TokenIdentity):
+        tenant_id, actor, prefix = auth.tenant_id, auth.user, auth.prefix
+    elif user is not None and user.is_authenticated and user.pk is not None:
+        tenant_id, actor, prefix = user_tenant_id(user), user, None
+    else:
+        tenant_id, actor, prefix = None, None, _presented_prefix(request)
+    data: dict[str, Any] = {
+        "method": request.method,
+        "path": request.path,
+        "status": response.status_code,
+        "ms": round(ms, 1),
+    }
+    match = getattr(request, "resolver_match", None)
+    if match is not None and match.view_name:
+        data["view"] = match.view_name
+    body = getattr(response, "data", None)
+    if response.status_code >= 400 and isinstance(body, dict) and isinstance(body.get("code"), str):
+        data["code"] = body["code"]
+    audit_record(
+        action="api.call",
+        tenant_id=tenant_id,
+        actor=actor,
+        token_prefix=prefix,
+        object_type="",
+        object_id="",
+        data=data,
+    )
