@@ -10,4 +10,7 @@ urlpatterns = [
     path("search/", views.search_page, name="search"),
     path("people/", views.people_page, name="people"),
     path("documents/<uuid:source_public_id>/", views.document_page, name="document"),
+    path("audit/", views.audit_page, name="audit"),
+    path("audit/export.csv", views.audit_export, name="audit_export"),
+    path("analytics/", views.analytics_page, name="analytics"),
 ]

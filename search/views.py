@@ -1,25 +1,41 @@
 """Web pages: ask (cited answer + sources, streamed over server-sent events), search (ranked
-hits), who knows (people for a topic), answer feedback. Logic lives in services and tools."""
+hits), who knows (people for a topic), answer feedback, and for the tenant's admins the audit
+log (with CSV export) and the analytics dashboard. Logic lives in services, selectors and tools."""
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import urlencode
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
-from projects.selectors import ScopeNotFound, project_list_for_user
+from kbportal.audit import (
+    ACTIONS,
+    AUDIT_CSV_HEADER,
+    AuditFilters,
+    audit_event_csv_row,
+    audit_event_iter,
+    audit_event_page,
+)
+from projects.selectors import ScopeNotFound, project_list_for_user, user_is_tenant_admin, user_tenant_id
+from search.analytics import ANALYTICS_DAYS_MAX, Analytics, analytics_get
 from search.retrieval import EmptyQuery, clean_query, hybrid_search, safe_link
-from search.services import AnswerNotFound, AskEvent, answer_feedback_submit, ask, ask_stream
-from sources.selectors import DocumentNotFound, document_get_for_user, scope_for_user
+from search.services import AnswerNotFound, AskEvent, answer_feedback_submit, ask, ask_stream, search_record
+from sources.selectors import DocumentNotFound, document_get_for_user, scope_for_user, user_principals
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +164,15 @@ def people_page(request: HttpRequest) -> HttpResponse:
         from search.tools.people import who_knows
 
         try:
-            context["experts"] = who_knows(query=clean_query(query), scope=scope, limit=10)
+            experts = who_knows(query=clean_query(query), scope=scope, limit=10)
+            context["experts"] = experts
+            search_record(
+                scope=scope,
+                query=clean_query(query),
+                tool="who_knows",
+                document_ids=list(dict.fromkeys(d.document_id for e in experts for d in e.documents)),
+                people=[e.name for e in experts],
+            )
         except EmptyQuery as exc:
             context["error"] = str(exc)
     return render(request, "search/people.html", context)
@@ -164,6 +188,7 @@ def search_page(request: HttpRequest) -> HttpResponse:
     if "q" in request.GET:
         try:
             context["hits"] = hybrid_search(query, scope, limit=20).hits
+            search_record(scope=scope, query=clean_query(query), document_ids=[h.document_id for h in context["hits"]])
         except EmptyQuery as exc:
             context["error"] = str(exc)
     return render(request, "search/search.html", context)
@@ -188,3 +213,230 @@ def document_page(request: HttpRequest, source_public_id) -> HttpResponse:
         "external_link": safe_link(document.url),
     }
     return render(request, "search/document.html", context)
+
+
+# ---------- the tenant admins' pages: audit log and analytics -----------------------------------
+
+
+def _admin_tenant_or_404(request: HttpRequest) -> tuple[int | None, HttpResponse | None]:
+    """``(tenant id, None)`` when the user is an owner or admin of their tenant, else
+    ``(None, 404 page)``: members and people without an organization are not told the page exists."""
+    tenant_id = user_tenant_id(request.user)
+    if tenant_id is None or not user_is_tenant_admin(request.user, tenant_id):
+        return None, render(request, "search/not_found.html", {"message": "no such page"}, status=404)
+    return tenant_id, None
+
+
+class AuditFilterForm(forms.Form):
+    action = forms.ChoiceField(choices=[("", "any action")] + [(a, a) for a in ACTIONS], required=False)
+    actor = forms.CharField(max_length=150, required=False, label="Actor (username or token prefix)")
+    since = forms.DateField(required=False, label="From (UTC date)", widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, label="To (UTC date)", widget=forms.DateInput(attrs={"type": "date"}))
+    text = forms.CharField(max_length=200, required=False, label="Text in the details")
+
+    def filters(self) -> AuditFilters:
+        """The valid fields as :class:`AuditFilters` (an invalid field does not filter)."""
+        data = getattr(self, "cleaned_data", {})
+        return AuditFilters(
+            action=data.get("action") or "",
+            actor=(data.get("actor") or "").strip(),
+            since=data.get("since"),
+            until=data.get("until"),
+            text=(data.get("text") or "").strip().replace("\x00", ""),
+        )
+
+
+@login_required
+@require_GET
+def audit_page(request: HttpRequest) -> HttpResponse:
+    """``/audit/``: the tenant's audit log, newest first, 50 a page, filtered by action, actor,
+    UTC date range and text in the details. Owners and admins of the tenant only (404 otherwise)."""
+    tenant_id, response = _admin_tenant_or_404(request)
+    if response is not None:
+        return response
+    form = AuditFilterForm(request.GET)
+    form.is_valid()
+    filters = form.filters()
+    try:
+        page_number = max(1, int(request.GET.get("page", "1")))
+    except ValueError:
+        page_number = 1
+    page = audit_event_page(tenant_id=tenant_id, filters=filters, page=page_number)
+    rows = [
+        (event, json.dumps(event.data, cls=DjangoJSONEncoder, ensure_ascii=False, sort_keys=True))
+        for event in page.events
+    ]
+    context = {"form": form, "page": page, "rows": rows, "query_string": urlencode(filters.as_query())}
+    return render(request, "search/audit.html", context)
+
+
+class _Echo:
+    """A file-like object whose ``write`` returns the text (csv.writer into a streamed response)."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def _audit_csv(tenant_id: int, filters: AuditFilters) -> Iterator[str]:
+    writer = csv.writer(_Echo())
+    yield writer.writerow(AUDIT_CSV_HEADER)
+    for event in audit_event_iter(tenant_id=tenant_id, filters=filters):
+        yield writer.writerow(audit_event_csv_row(event))
+
+
+@login_required
+@require_GET
+def audit_export(request: HttpRequest) -> HttpResponse:
+    """``/audit/export.csv``: every event matching the page's filters, streamed as CSV (UTF-8,
+    header row ``AUDIT_CSV_HEADER``). Owners and admins only (404); invalid filters: 400."""
+    tenant_id, response = _admin_tenant_or_404(request)
+    if response is not None:
+        return response
+    form = AuditFilterForm(request.GET)
+    if not form.is_valid():
+        errors = "; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in form.errors.items())
+        return HttpResponse(errors, status=400, content_type="text/plain")
+    response = StreamingHttpResponse(_audit_csv(tenant_id, form.filters()), content_type="text/csv; charset=utf-8")
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    response["Content-Disposition"] = f'attachment; filename="audit-{stamp}.csv"'
+    return response
+
+
+# Charts: geometry here, markup (auto-escaped) in templates/search/_chart.html.
+CHART_WIDTH, CHART_HEIGHT, CHART_PAD = 640, 160, 28
+
+
+@dataclass(frozen=True)
+class _Bar:
+    x: float
+    y: float
+    width: float
+    height: float
+    label: str
+    value: str
+
+
+@dataclass(frozen=True)
+class _Line:
+    name: str
+    css_class: str
+    points: str  # "x,y x,y ..." for <polyline>
+
+
+@dataclass(frozen=True)
+class _Chart:
+    title: str
+    width: int
+    height: int
+    baseline: float
+    top: float
+    max_label: str
+    first_label: str
+    last_label: str
+    bars: list[_Bar]
+    lines: list[_Line]
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+
+
+def _chart(
+    title: str,
+    labels: list[str],
+    *,
+    bars: list[float] | None = None,
+    lines: dict[str, list[float | None]] | None = None,
+) -> _Chart:
+    """Bar and/or line geometry for ``labels`` (one slot each), scaled to the largest value."""
+    lines = lines or {}
+    values = [v for v in (bars or [])] + [v for series in lines.values() for v in series if v is not None]
+    top_value = max(values, default=0) or 1
+    inner_h = CHART_HEIGHT - 2 * CHART_PAD
+    slot = (CHART_WIDTH - 2 * CHART_PAD) / max(len(labels), 1)
+
+    def y(value: float) -> float:
+        return round(CHART_PAD + inner_h * (1 - value / top_value), 1)
+
+    chart_bars = [
+        _Bar(
+            x=round(CHART_PAD + i * slot + slot * 0.1, 1),
+            y=y(value),
+            width=round(slot * 0.8, 1),
+            height=round(CHART_PAD + inner_h - y(value), 1),
+            label=labels[i],
+            value=_number(value),
+        )
+        for i, value in enumerate(bars or [])
+    ]
+    chart_lines = []
+    for n, (name, series) in enumerate(lines.items()):
+        points = " ".join(
+            f"{round(CHART_PAD + i * slot + slot / 2, 1)},{y(v)}" for i, v in enumerate(series) if v is not None
+        )
+        chart_lines.append(_Line(name=name, css_class=f"series-{n}", points=points))
+    return _Chart(
+        title=title,
+        width=CHART_WIDTH,
+        height=CHART_HEIGHT,
+        baseline=CHART_PAD + inner_h,
+        top=CHART_PAD,
+        max_label=_number(top_value if values else 0),
+        first_label=labels[0] if labels else "",
+        last_label=labels[-1] if labels else "",
+        bars=chart_bars,
+        lines=chart_lines,
+    )
+
+
+def _analytics_charts(analytics: Analytics) -> list[_Chart]:
+    labels = [d.day.isoformat() for d in analytics.per_day]
+    return [
+        _chart("Questions per day", labels, bars=[d.questions for d in analytics.per_day]),
+        _chart(
+            "Answer latency per day (ms)",
+            labels,
+            lines={
+                "p50": [d.latency_p50_ms for d in analytics.per_day],
+                "p95": [d.latency_p95_ms for d in analytics.per_day],
+            },
+        ),
+        _chart("Active users per day", labels, bars=[d.users for d in analytics.per_day]),
+    ]
+
+
+@login_required
+@require_GET
+def analytics_page(request: HttpRequest) -> HttpResponse:
+    """``/analytics/?project=&days=``: questions, latency, unanswered rate, top and zero-result
+    questions, feedback, most-cited documents and sources, active users (``search.analytics``),
+    as inline SVG charts beside tables of the same numbers. Owners and admins only (404); an
+    unknown project is 404 too; ``days`` is 1..365 (default 30)."""
+    tenant_id, response = _admin_tenant_or_404(request)
+    if response is not None:
+        return response
+    projects = project_list_for_user(request.user)
+    slug = request.GET.get("project") or None
+    project = next((p for p in projects if p.slug == slug), None)
+    if slug is not None and project is None:
+        return render(request, "search/not_found.html", {"message": "no such project"}, status=404)
+    try:
+        days = min(max(int(request.GET.get("days", "30")), 1), ANALYTICS_DAYS_MAX)
+    except ValueError:
+        days = 30
+    analytics = analytics_get(
+        tenant_id=tenant_id,
+        project_id=project.pk if project else None,
+        project_slug=project.slug if project else None,
+        days=days,
+        viewer_principals=user_principals(request.user),
+    )
+    context = {
+        "analytics": analytics,
+        "charts": _analytics_charts(analytics),
+        "projects": projects,
+        "project": project,
+        "days": days,
+        "day_choices": [7, 30, 90],
+    }
+    return render(request, "search/analytics.html", context)

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from kbportal.tenancy import tenant_context
 from projects.models import Profile, Project
 from projects.selectors import ScopeNotFound, user_is_tenant_admin
+from search.analytics import Analytics, analytics_get
 from search.api.authentication import ApiCaller
 from search.models import AnswerRecord
 from sources.models import DataSource, IngestionRun, ProjectSource
-from sources.selectors import QueryScope, SourceNotFound, scope_for_token, scope_for_user
+from sources.selectors import QueryScope, SourceNotFound, scope_for_token, scope_for_user, user_principals
 
 NO_ORGANIZATION = "you do not belong to any organization yet"
 
@@ -172,3 +173,33 @@ def answer_asked_by_caller(caller: ApiCaller, *, answer_id: uuid.UUID) -> bool:
         return False
     with tenant_context(caller.tenant_id, user_id=caller.user_id):
         return AnswerRecord.objects.filter(public_id=answer_id, user_id=caller.user_id).exists()
+
+
+class AnalyticsForbidden(PermissionError):
+    """The caller is not a person who is an owner or admin of the tenant (-> 403)."""
+
+
+def analytics_for_caller(caller: ApiCaller, *, project_slug: str | None = None, days: int = 30) -> Analytics:
+    """The tenant's analytics (``search.analytics.analytics_get``) for an owner or admin.
+
+    Every project unless ``project_slug`` names one of the tenant's (a pinned token: its own
+    project only, and by default). Raises ``AnalyticsForbidden`` (-> 403) for a member or a
+    service token, then ``ScopeNotFound`` (-> 404) for a project the caller may not use.
+    """
+    if not caller_is_tenant_admin(caller):
+        raise AnalyticsForbidden("only an owner or admin of the organization can read its analytics")
+    if caller.identity is not None and caller.identity.project_pinned:
+        project_slug = project_slug or caller.identity.project_slug
+    project = None
+    if project_slug is not None:
+        with tenant_context(caller.tenant_id, user_id=caller.user_id):
+            project = next((p for p in _projects(caller) if p.slug == project_slug), None)
+        if project is None:
+            raise ScopeNotFound(f"no project {project_slug!r} you may use")
+    return analytics_get(
+        tenant_id=caller.tenant_id,
+        project_id=project.pk if project else None,
+        project_slug=project.slug if project else None,
+        days=days,
+        viewer_principals=user_principals(caller.user),
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from search.analytics import ANALYTICS_DAYS_MAX
 from search.retrieval import MAX_QUERY_CHARS
 from sources.models import Document, IngestionRun
 
@@ -80,6 +81,15 @@ class FeedbackRequestSerializer(serializers.Serializer):
     vote = serializers.ChoiceField(choices=[(1, "helpful"), (-1, "not helpful")], help_text="1 or -1.")
     comment = serializers.CharField(
         max_length=FEEDBACK_COMMENT_MAX, required=False, allow_blank=True, default="", help_text="Optional."
+    )
+
+
+class AnalyticsQuerySerializer(serializers.Serializer):
+    project = serializers.SlugField(
+        max_length=SLUG_MAX, required=False, help_text="Only this project (slug); default: every project."
+    )
+    days = serializers.IntegerField(
+        min_value=1, max_value=ANALYTICS_DAYS_MAX, default=30, help_text="The last N UTC days, today included."
     )
 
 
@@ -245,3 +255,68 @@ class FeedbackSerializer(serializers.Serializer):
     answer_id = serializers.UUIDField()
     vote = serializers.IntegerField()
     comment = serializers.CharField(allow_blank=True)
+
+
+class AnalyticsDaySerializer(serializers.Serializer):
+    day = serializers.DateField()
+    questions = serializers.IntegerField()
+    unanswered = serializers.IntegerField()
+    users = serializers.IntegerField(help_text="Distinct people who asked that day.")
+    latency_p50_ms = serializers.FloatField(allow_null=True)
+    latency_p95_ms = serializers.FloatField(allow_null=True)
+
+
+class AnalyticsWeekSerializer(serializers.Serializer):
+    week = serializers.DateField(help_text="The week's Monday.")
+    users = serializers.IntegerField(help_text="Distinct people who asked that week (within the window).")
+
+
+class QueryCountSerializer(serializers.Serializer):
+    query = serializers.CharField(help_text="The question, normalised (lower case, spaces collapsed, ?!. trimmed).")
+    count = serializers.IntegerField()
+
+
+class CitedDocumentSerializer(serializers.Serializer):
+    document_id = serializers.IntegerField()
+    answers = serializers.IntegerField(help_text="Answers citing it.")
+    title = serializers.CharField(allow_blank=True, help_text="Empty when removed or restricted from you.")
+    url = serializers.CharField(allow_blank=True)
+    kind = serializers.CharField(allow_blank=True)
+    source = serializers.CharField(allow_blank=True, help_text="Its data source's slug.")
+    readable = serializers.BooleanField(help_text="False: removed since, or restricted to other principals.")
+
+
+class CitedSourceSerializer(serializers.Serializer):
+    slug = serializers.CharField()
+    name = serializers.CharField()
+    kind = serializers.CharField()
+    citations = serializers.IntegerField(help_text="Citations of its documents (answer x document).")
+    answers = serializers.IntegerField(help_text="Answers citing any of its documents.")
+
+
+class AnalyticsSerializer(serializers.Serializer):
+    """``search.analytics.Analytics.as_dict`` (the dashboard's numbers); times in milliseconds."""
+
+    project = serializers.CharField(allow_null=True, help_text="The project (slug), or null for every project.")
+    days = serializers.IntegerField()
+    since = serializers.DateField()
+    until = serializers.DateField()
+    questions = serializers.IntegerField()
+    unanswered = serializers.IntegerField()
+    unanswered_rate = serializers.FloatField(allow_null=True, help_text="0..1; null without questions.")
+    latency_p50_ms = serializers.FloatField(allow_null=True)
+    latency_p95_ms = serializers.FloatField(allow_null=True)
+    first_token_p50_ms = serializers.FloatField(allow_null=True)
+    first_token_p95_ms = serializers.FloatField(allow_null=True)
+    per_day = AnalyticsDaySerializer(many=True)
+    active_users_7_days = serializers.IntegerField()
+    active_users_window = serializers.IntegerField()
+    per_week = AnalyticsWeekSerializer(many=True)
+    top_queries = QueryCountSerializer(many=True)
+    zero_result_queries = QueryCountSerializer(many=True, help_text="Questions that found no evidence.")
+    feedback_up = serializers.IntegerField()
+    feedback_down = serializers.IntegerField()
+    feedback_total = serializers.IntegerField()
+    feedback_up_share = serializers.FloatField(allow_null=True, help_text="0..1; null without votes.")
+    cited_documents = CitedDocumentSerializer(many=True)
+    cited_sources = CitedSourceSerializer(many=True)

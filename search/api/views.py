@@ -28,6 +28,8 @@ from search.api import serializers as s
 from search.api.authentication import ApiCaller, api_caller
 from search.api.errors import FieldNotFound, field_error, request_id
 from search.api.selectors import (
+    AnalyticsForbidden,
+    analytics_for_caller,
     answer_asked_by_caller,
     caller_scope,
     ingestion_run_list_for_caller,
@@ -38,7 +40,7 @@ from search.api.services import SyncForbidden, source_sync_request
 from search.api.throttling import ApiThrottle, AskThrottle
 from search.pipeline.evidence import evidence_from_hit, number_evidence
 from search.retrieval import EmptyQuery, hybrid_search
-from search.services import AnswerNotFound, answer_feedback_submit, ask, ask_stream
+from search.services import AnswerNotFound, answer_feedback_submit, ask, ask_stream, search_record
 from search.tools.people import who_knows
 from search.views import _server_sent_events
 from sources.selectors import QueryScope, SourceNotFound
@@ -46,7 +48,8 @@ from sources.selectors import QueryScope, SourceNotFound
 _ERROR_TEXT = {
     400: "Invalid input; `error` and `field` name it.",
     401: "No credentials, or the API token was refused (`reason` says why).",
-    403: "Not allowed (a member syncing, a service token voting), or a session request without its CSRF token.",
+    403: "Not allowed (a member syncing or reading analytics, a service token voting), or a session request "
+    "without its CSRF token.",
     404: "No such project, data source or answer that you may see.",
     429: "Too many requests for this token or user; retry after `Retry-After` seconds.",
 }
@@ -163,6 +166,7 @@ class SearchView(ApiView):
         except EmptyQuery as exc:
             raise field_error("q", str(exc)) from exc
         evidence = number_evidence([[evidence_from_hit(h, tool="search") for h in hits]], limit=params["limit"])
+        search_record(scope=scope, query=params["q"], document_ids=[ev.document_id for ev in evidence], kinds=kinds)
         return Response(
             {"project": scope.project_slug, "query": params["q"], "hits": [ev.as_dict() for ev in evidence]}
         )
@@ -185,6 +189,13 @@ class WhoKnowsView(ApiView):
             experts = who_knows(query=params["q"], scope=scope, limit=params["limit"])
         except EmptyQuery as exc:
             raise field_error("q", str(exc)) from exc
+        search_record(
+            scope=scope,
+            query=params["q"],
+            tool="who_knows",
+            document_ids=list(dict.fromkeys(d.document_id for e in experts for d in e.documents)),
+            people=[e.name for e in experts],
+        )
         return Response(
             {"project": scope.project_slug, "query": params["q"], "experts": [e.as_dict() for e in experts]}
         )
@@ -295,3 +306,29 @@ class AnswerFeedbackView(ApiView):
         return Response(
             s.FeedbackSerializer({"answer_id": answer_id, "vote": feedback.vote, "comment": feedback.comment}).data
         )
+
+
+class AnalyticsView(ApiView):
+    """``GET /api/v1/analytics``: the analytics dashboard's numbers (tenant owners and admins)."""
+
+    @extend_schema(
+        operation_id="analytics",
+        tags=["analytics"],
+        summary="Questions per day, latency percentiles, unanswered rate, top questions, feedback, citations",
+        description="The numbers of the /analytics/ page for your organization (owners and admins): over the "
+        "last `days` UTC days, every project or `project`. Latencies in milliseconds (PostgreSQL "
+        "percentile_cont), rates and shares 0..1.",
+        parameters=[s.AnalyticsQuerySerializer],
+        responses={200: s.AnalyticsSerializer, **_errors(400, 401, 403, 404, 429)},
+    )
+    def get(self, request: Request) -> Response:
+        params = _valid(s.AnalyticsQuerySerializer, request.query_params)
+        try:
+            analytics = analytics_for_caller(
+                api_caller(request), project_slug=params.get("project"), days=params["days"]
+            )
+        except AnalyticsForbidden as exc:
+            raise exceptions.PermissionDenied(str(exc)) from exc
+        except ScopeNotFound as exc:
+            raise FieldNotFound(str(exc), field="project") from exc
+        return Response(analytics.as_dict())
