@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, connection, transaction
+from django.db.models import Max
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -372,6 +373,20 @@ def source_refresh_term_stats(source_id: int) -> int:
         return int(row[0]) if row else 0
 
 
+def _connector_resume(connector: Any, *, tenant_id: int, source_id: int) -> bool:
+    """For a connector that can read only what changed (it has ``resume_from(cursor) -> bool``):
+    hand it the source's cursor, the newest ``updated_at`` among its stored rows (``None`` when
+    it has none). Returns the connector's answer: true when the run is partial, so rows it does
+    not yield must not be deleted; false for every other connector.
+    """
+    resume = getattr(connector, "resume_from", None)
+    if not callable(resume):
+        return False
+    with tenant_context(tenant_id):
+        cursor = Document.objects.filter(source_id=source_id).aggregate(cursor=Max("updated_at"))["cursor"]
+    return bool(resume(cursor))
+
+
 def source_ingest(
     *,
     tenant_id: int,
@@ -405,6 +420,7 @@ def source_ingest(
     status, error = IngestionRun.Status.SUCCEEDED, ""
     try:
         connector = build_connector(kind, config, include=include, exclude=exclude)
+        partial = _connector_resume(connector, tenant_id=tenant_id, source_id=source_id)
         rows = 0
         for row in connector.iter_rows(report):
             batcher.add(row, report)
@@ -420,7 +436,8 @@ def source_ingest(
             _link_parents(source_id)
             # Rows the connector no longer yields. Unchanged rows are not rewritten (that would
             # touch every index, the HNSW one included); the seen ids decide instead.
-            run.deleted = _delete_unseen(source_id, batcher.seen_ids)
+            # An incremental run yields only what changed: the rows it did not yield stay.
+            run.deleted = 0 if partial else _delete_unseen(source_id, batcher.seen_ids)
             DataSource.objects.filter(pk=source_id).update(generation=generation, last_synced_at=timezone.now())
             source_refresh_term_stats(source_id)
         if report.skipped:

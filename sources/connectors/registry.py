@@ -20,6 +20,7 @@ BUILTIN_CONNECTORS: dict[str, str] = {
     "slack_export": "sources.connectors.slack_export.connector.SlackExportConnector",
     "slack": "sources.connectors.slack.connector.SlackConnector",
     "jsonl": "sources.connectors.jsonl.connector.JsonDocumentsConnector",
+    "github": "sources.connectors.github.connector.GitHubConnector",
 }
 
 

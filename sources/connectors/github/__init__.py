@@ -1,0 +1,1 @@
+"""GitHub issues and pull requests through the REST API (kind ``github``)."""
