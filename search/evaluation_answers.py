@@ -3,7 +3,9 @@
 For each question, ``search.services.ask_stream`` runs planner -> tools -> gate -> synthesizer
 and the report measures, per question type and overall (``shared/eval/README.md``):
 
-- **declines**: the answer says the sources do not (fully) answer. For ``unanswerable``
+- **declines**: the answer's text says the sources do not (fully) answer
+  (``search.pipeline.gate.text_declines``; an uncited answer that does not say so is no
+  decline). For ``unanswerable``
   questions the share that decline is the score (target >= 0.9); for the others the share that
   decline is the false-decline rate.
 - **facts**: the share of the question's ``answer_facts`` the answer states, judged by the
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from search.evaluation import Question, _percentile
+from search.pipeline.gate import text_declines
 from sources.selectors import QueryScope
 
 logger = logging.getLogger(__name__)
@@ -100,7 +103,7 @@ def answer_question(question: Question, scope: QueryScope) -> AnswerResult:
     return AnswerResult(
         question=question,
         text=answer.text,
-        declined=not answer.answered,
+        declined=text_declines(answer.text),
         synthesizer=answer.synthesizer,
         cited_ids=[e.external_id for e in result.sources],
         citations_valid=len(answer.cited),

@@ -69,3 +69,40 @@ def test_kb_eval_indexes_the_erb_corpus_and_scores_a_custom_questions_file(tmp_p
     assert report["questions"][0]["id"] == first["question_id"]
     with pytest.raises(CommandError, match="does not exist"):
         call_command("kb_eval", "--set", "erb", "--questions", str(tmp_path / "nope.jsonl"))
+
+
+@pytest.mark.django_db
+def test_answer_evaluation_scores_declines_citations_and_judged_facts(kb, settings):
+    from search.evaluation_answers import evaluate_answers
+    from sources.selectors import scope_for_user
+    from tests.llm_server import FakeOpenAIServer
+
+    questions = [
+        Question(
+            id="u1", type="unanswerable", text="How is the per-request CO2e of billing computed with kv_crc?", gold=[]
+        ),
+        Question(
+            id="a1",
+            type="basic",
+            text="How do I deploy the billing service?",
+            gold=[{"kind": "doc_id", "id": "runbook#deploy"}],
+            facts=["Deploy with make release.", "Deploys need a pager."],
+        ),
+    ]
+    scope = scope_for_user(kb.acme.admin)
+    report = evaluate_answers(questions, scope, judge=False)
+    assert report["unanswerable_declined"] == 1.0 and report["answerable_declined"] == 0.0
+    assert report["citations"]["validity"] == 1.0 and report["citations"]["removed"] == 0
+    assert report["by_type"]["basic"]["cited_gold"] == 1.0 and report["overall"]["facts"] is None
+    assert report["latency_ms"]["first_token_p50"] > 0
+
+    # With a judge: the loopback LLM says the first fact is stated and the second is not.
+    def judge(body):
+        return json.dumps({"stated": "make release" in body["messages"][-1]["content"].split("ANSWER:")[0]})
+
+    with FakeOpenAIServer(judge) as server:
+        settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY, settings.KB_LLM_MODEL = server.base_url, "k", "m"
+        from search.evaluation_answers import judge_fact
+
+        assert judge_fact("Run make release [1].", "Deploy with make release.") is True
+        assert judge_fact("Run make release [1].", "Deploys need a pager.") is False
