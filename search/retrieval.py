@@ -492,42 +492,45 @@ def recency_ranks(hits: Iterable[Hit]) -> dict[int, int]:
     return out
 
 
+HIT_COLUMNS = (
+    "d.id, d.source_id, d.kind, d.title, d.url, d.path, d.start_line, d.end_line, d.content, d.text, "
+    "d.metadata, d.updated_at, d.parent_id, d.external_id, s.public_id"
+)  # select from ``sources_document d JOIN sources_datasource s``; read back with ``hit_from_row``
+
+
+def hit_from_row(r: Sequence[Any]) -> Hit:
+    """A :class:`Hit` (score 0) from one row selected as ``HIT_COLUMNS``."""
+    return Hit(
+        document_id=r[0],
+        source_id=r[1],
+        kind=r[2],
+        title=r[3],
+        url=r[4],
+        path=r[5],
+        start_line=r[6],
+        end_line=r[7],
+        content=r[8],
+        text=r[9],
+        # Django registers jsonb to load as text (JSONField decodes it); a raw cursor must too.
+        metadata=json.loads(r[10]) if isinstance(r[10], str) else (r[10] or {}),
+        updated_at=r[11],
+        parent_id=r[12],
+        external_id=r[13],
+        source_public_id=str(r[14]),
+    )
+
+
 def _load_hits(ids: Iterable[int]) -> dict[int, Hit]:
     ids = list(ids)
     if not ids:
         return {}
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            SELECT d.id, d.source_id, d.kind, d.title, d.url, d.path, d.start_line, d.end_line, d.content, d.text,
-                   d.metadata, d.updated_at, d.parent_id, d.external_id, s.public_id
-            FROM sources_document d JOIN sources_datasource s ON s.id = d.source_id
-            WHERE d.id = ANY(%s)
-            """,
+            f"SELECT {HIT_COLUMNS} FROM sources_document d JOIN sources_datasource s ON s.id = d.source_id "
+            "WHERE d.id = ANY(%s)",
             [ids],
         )
-        out = {}
-        for r in cursor.fetchall():
-            # Django registers jsonb to load as text (JSONField decodes it); a raw cursor must too.
-            metadata = json.loads(r[10]) if isinstance(r[10], str) else (r[10] or {})
-            out[r[0]] = Hit(
-                document_id=r[0],
-                source_id=r[1],
-                kind=r[2],
-                title=r[3],
-                url=r[4],
-                path=r[5],
-                start_line=r[6],
-                end_line=r[7],
-                content=r[8],
-                text=r[9],
-                metadata=metadata,
-                updated_at=r[11],
-                parent_id=r[12],
-                external_id=r[13],
-                source_public_id=str(r[14]),
-            )
-        return out
+        return {r[0]: hit_from_row(r) for r in cursor.fetchall()}
 
 
 def merge_and_cap(hits: list[Hit], *, per_group: int = 3) -> list[Hit]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,7 +10,7 @@ from django.db import connection
 
 from kbportal.tenancy import tenant_context
 from search.pipeline.evidence import Evidence
-from search.retrieval import Hit, scope_where_sql
+from search.retrieval import HIT_COLUMNS, Hit, hit_from_row, scope_where_sql
 from sources.selectors import QueryScope
 
 ToolFn = Callable[..., list[Evidence]]
@@ -53,10 +52,7 @@ def run_tool(name: str, *, query: str, scope: QueryScope, limit: int = 10) -> li
     return TOOLS[name].fn(query=query, scope=scope, limit=limit)
 
 
-_HIT_COLUMNS = """
-    d.id, d.source_id, d.kind, d.title, d.url, d.path, d.start_line, d.end_line, left(d.content, %(content_chars)s),
-    d.text, d.metadata, d.updated_at, d.parent_id, d.external_id, s.public_id
-"""
+_HIT_COLUMNS = HIT_COLUMNS.replace("d.content", "left(d.content, %(content_chars)s)")
 
 
 def scoped_hits(
@@ -93,24 +89,4 @@ def scoped_hits(
     with tenant_context(scope.tenant_id, user_id=scope.user_id), connection.cursor() as cursor:
         cursor.execute(sql, all_params)
         rows = cursor.fetchall()
-    return [
-        Hit(
-            document_id=r[0],
-            source_id=r[1],
-            kind=r[2],
-            title=r[3],
-            url=r[4],
-            path=r[5],
-            start_line=r[6],
-            end_line=r[7],
-            content=r[8],
-            text=r[9],
-            # Django registers jsonb to load as text (JSONField decodes it); a raw cursor must too.
-            metadata=json.loads(r[10]) if isinstance(r[10], str) else (r[10] or {}),
-            updated_at=r[11],
-            parent_id=r[12],
-            external_id=r[13],
-            source_public_id=str(r[14]),
-        )
-        for r in rows
-    ]
+    return [hit_from_row(r) for r in rows]
