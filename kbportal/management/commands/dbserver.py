@@ -1,7 +1,8 @@
 """``manage.py dbserver status|stop``: the embedded PostgreSQL server in ``.pgdata/``.
 
-Any ``manage.py`` command (and the web server and worker) starts it when needed; it keeps
-running afterwards so they all share it. ``stop`` shuts it down (fast mode).
+Any other ``manage.py`` command (and the web server and worker) starts it when needed; it
+keeps running afterwards so they all share it. ``status`` says whether it runs (without
+starting it); ``stop`` shuts it down (fast mode).
 """
 
 import os
@@ -10,7 +11,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from kbportal.db import stop_embedded_database
+from kbportal.db import embedded_database_status, stop_embedded_database
 
 
 class Command(BaseCommand):
@@ -24,8 +25,14 @@ class Command(BaseCommand):
             raise CommandError("DATABASE_URL is set: the database is external, not embedded")
         pgdata = Path(os.environ.get("KB_PGDATA", Path(settings.BASE_DIR) / ".pgdata")).resolve()
         if action == "status":
-            db = settings.DATABASES["default"]
-            self.stdout.write(f"embedded PostgreSQL: data {pgdata}, socket {db['HOST']}, port {db['PORT']}")
+            status = embedded_database_status(pgdata)
+            if status is None:
+                self.stdout.write(f"embedded PostgreSQL: not running (data {pgdata})")
+            else:
+                socket_dir, port, pid = status
+                self.stdout.write(
+                    f"embedded PostgreSQL: running, pid {pid}, data {pgdata}, socket {socket_dir}, port {port}"
+                )
             return
         stopped = stop_embedded_database(pgdata)
         self.stdout.write("stopped" if stopped else "was not running")

@@ -1,0 +1,43 @@
+"""``manage.py dbserver status|stop`` look at the embedded server without starting it."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from kbportal.db import embedded_database_status, ensure_embedded_database
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _dbserver(action: str, pgdata: Path) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "DATABASE_OWNER_URL"}}
+    env["KB_PGDATA"] = str(pgdata)
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "dbserver", action],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_status_and_stop_never_start_the_server(tmp_path):
+    pgdata = tmp_path / "pgdata"
+    assert "not running" in _dbserver("status", pgdata)
+    assert embedded_database_status(pgdata) is None  # asking did not start it
+    ensure_embedded_database(pgdata)
+    try:
+        assert "running, pid" in _dbserver("status", pgdata)
+        assert _dbserver("stop", pgdata).strip() == "stopped"
+        assert "not running" in _dbserver("status", pgdata)
+        assert embedded_database_status(pgdata) is None
+        assert _dbserver("stop", pgdata).strip() == "was not running"
+    finally:
+        if embedded_database_status(pgdata) is not None:
+            from kbportal.db import stop_embedded_database
+
+            stop_embedded_database(pgdata)
