@@ -21,6 +21,10 @@ def test_login_with_allauth_then_ask_shows_cited_answer(client, kb):
     assert 'id="source-1"' in html
     assert "Runbook &gt; Deploying the billing service" in html
     assert "https://wiki.acme.example/runbook#deploy" in html
+    # The source list is exactly the cited blocks, as the streamed page shows it.
+    cited = set(response.context["result"].answer.cited)
+    listed = {int(n) for n in re.findall(r'<li id="source-(\d+)"', html)}
+    assert listed == cited
 
 
 @pytest.mark.django_db
