@@ -160,9 +160,13 @@ def _sentences(evidence: Evidence) -> list[str]:
     if evidence.kind in {"code_chunk", "code_file"}:
         return []
     text = re.sub(r"```.*?```", " ", evidence.text, flags=re.S)
+    # Headings are titles, not statements; "{ #anchor }" attribute lists are markup.
+    text = re.sub(r"(?m)^\s{0,3}#{1,6}\s.*$", "\n", text)
+    text = re.sub(r"\{\s*[#.][^{}\n]{0,80}\}", " ", text)
     text = re.sub(r"[#*>|`]+", " ", text)
     parts = re.split(r"(?<=[.!?])\s+|\n{2,}", text)
-    return [re.sub(r"\s+", " ", p).strip() for p in parts if 30 <= len(p.strip()) <= 400]
+    parts = [re.sub(r"\s+([.,;:!?])", r"\1", re.sub(r"\s+", " ", p)).strip() for p in parts]
+    return [p for p in parts if 30 <= len(p) <= 400]
 
 
 EXTRACTIVE_BLOCKS = 3

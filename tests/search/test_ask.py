@@ -160,3 +160,20 @@ def test_llm_is_told_the_missing_terms_and_the_answer_opens_with_the_note(kb, se
     assert result.answer.synthesizer == "llm" and not result.answer.answered
     assert result.answer.text.startswith("The sources do not mention “CO2e”, “kv_crc”")
     assert result.answer.text.endswith("Billing deploys with make release [1].")
+
+
+def test_extractive_answer_quotes_statements_not_headings_or_anchor_markup():
+    from search.pipeline.evidence import Evidence
+    from search.pipeline.synthesizer import extractive_answer
+
+    page = Evidence(
+        n=1, document_id=1, kind="doc_section", title="Cookie Parameters", url="", score=1.0, tool="search",
+        text="## Declare Cookie parameters { #declare-cookie-parameters }\n\n"
+        "Then declare the cookie parameters using the same structure as with Path { #x }.",
+        lexical_rank=1,
+    )  # fmt: skip
+    answer = extractive_answer("How do I declare cookie parameters?", [page])
+    assert answer.text.endswith(
+        "Cookie Parameters: Then declare the cookie parameters using the same structure as with Path. [1]"
+    )
+    assert "{ #" not in answer.text
