@@ -169,6 +169,8 @@ class Command(BaseCommand):
             f"unanswerable declined: {report['unanswerable_declined']}; "
             f"answerable declined: {report['answerable_declined']}"
         )
+        if report["overall"].get("facts") is None:
+            self.stdout.write("facts: not judged (set OPENAI_BASE_URL and KB_LLM_MODEL for an LLM judge)")
         self.stdout.write(f"citations: {cit['valid']} valid, {cit['removed']} removed, validity {cit['validity']}")
         self.stdout.write(
             f"first token: p50 {lat['first_token_p50']} ms, p95 {lat['first_token_p95']} ms; "
