@@ -192,6 +192,7 @@ CELERY_TASK_TIME_LIMIT = 4 * 3600
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 
 # LLM (OpenAI-compatible). Unset -> rule-based planner and extractive synthesizer.
+KB_PUBLIC_URL = os.environ.get("KB_PUBLIC_URL", "")  # the portal's own address, for absolute links in API/MCP
 OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "")
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
 KB_LLM_MODEL = os.environ.get("KB_LLM_MODEL", "")

@@ -75,14 +75,18 @@ def safe_link(url: str) -> str:
 def portal_link(url: str, source_public_id: str, external_id: str, start_line: int | None = None) -> str:
     """The link for a row: its http(s) url, else the portal's page for the document (with a
     ``#L<n>`` anchor for code). Relative paths and ``slack://`` links resolve nowhere in a
-    browser, so they go to the page that shows the row's content."""
+    browser, so they go to the page that shows the row's content. With ``KB_PUBLIC_URL`` set
+    (e.g. ``https://kb.example.com``) portal links are absolute, so API and MCP clients can
+    open them."""
     external = safe_link(url)
     if external or not source_public_id:
         return external
+    from django.conf import settings
     from django.urls import reverse
 
     anchor = f"#L{start_line}" if start_line else ""
-    return f"{reverse('search:document', args=[source_public_id])}?id={quote(external_id, safe='')}{anchor}"
+    path = f"{reverse('search:document', args=[source_public_id])}?id={quote(external_id, safe='')}{anchor}"
+    return settings.KB_PUBLIC_URL.rstrip("/") + path
 
 
 @dataclass

@@ -251,3 +251,16 @@ def test_symbol_name_ranker_reads_the_words_of_definition_names(make_tenant, set
     # The planner can only use the expression index when the query's expression is the index's.
     migration = importlib.import_module("sources.migrations.0008_symbol_words_index")
     assert SYMBOL_WORDS_SQL.replace("d.metadata", "metadata") == migration.EXPRESSION
+
+
+def test_portal_links_become_absolute_with_a_public_url(settings):
+    from search.retrieval import portal_link
+
+    source = "0b0b0b0b-0000-4000-8000-000000000001"
+    assert portal_link("https://github.com/x/y", source, "a.py") == "https://github.com/x/y"
+    relative = portal_link("a.py#L3-L9", source, "a.py#f", 3)
+    assert relative == f"/documents/{source}/?id=a.py%23f#L3"
+    settings.KB_PUBLIC_URL = "https://kb.example.com/"
+    assert (
+        portal_link("a.py#L3-L9", source, "a.py#f", 3) == f"https://kb.example.com/documents/{source}/?id=a.py%23f#L3"
+    )
