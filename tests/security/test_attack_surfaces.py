@@ -436,3 +436,40 @@ def test_planner_view_of_the_project_counts_only_readable_rows(atkx):
     admin = indexed_kinds(scope_for_user(atkx.x.admin))
     assert admin["thread"] == member["thread"] + 1 and admin["doc_section"] == member["doc_section"] + 1
     assert admin["code_file"] == member["code_file"] + 1
+
+
+def test_the_answer_pipeline_never_names_a_restricted_author(atkx):
+    result = ask("who knows about the walrus migration", scope_for_user(atkx.member))
+    assert "who_knows" in result.plan["tools"]  # control: the people tool ran
+    dumped = json.dumps(result.as_dict(), default=str)
+    assert HIDDEN_AUTHOR not in dumped and "night shift" not in dumped
+    admin = ask("who knows about the walrus migration", scope_for_user(atkx.x.admin))
+    assert HIDDEN_AUTHOR in json.dumps(admin.as_dict(), default=str)  # control: the principal is told
+
+
+def test_login_never_redirects_off_site(atkx):
+    user = get_user_model().objects.create_user("atk-x-redirect", "redirect@atk-x.example", "pw-redirect-123!")
+    membership_create(tenant_id=atkx.x.tenant.pk, user=user)
+    for target in ("https://evil.example/", "//evil.example/", "/\\evil.example/", "http:evil.example", "javascript:x"):
+        client = Client(raise_request_exception=False)
+        r = client.post(f"/accounts/login/?next={target}", {"login": "atk-x-redirect", "password": "pw-redirect-123!"})
+        assert r.status_code == 302, target
+        assert "evil.example" not in r["Location"] and not r["Location"].startswith("javascript"), r["Location"]
+
+
+def test_a_session_of_someone_who_left_the_tenant_reads_nothing(atkx):
+    user = get_user_model().objects.create_user("atk-x-gone", "gone@atk-x.example", "g" * 12)
+    membership_create(tenant_id=atkx.x.tenant.pk, user=user)
+    profile_set_default_project(user=user, tenant_id=atkx.x.tenant.pk, project_id=atkx.x.project.pk)
+    web = _web(user)
+    assert "walrus migration runbook" in web.get(reverse("search:search"), {"q": "walrus migration"}).content.decode()
+    with tenant_context(atkx.x.tenant.pk):
+        Membership.objects.filter(user=user).delete()
+    r = web.get(reverse("search:search"), {"q": "walrus migration"})
+    assert r.status_code == 302 and "onboarding" in r["Location"]
+    page = f"/documents/{atkx.source_public_id}/"
+    assert web.get(page, {"id": "wiki#intro"}).status_code == 404
+    assert web.get(reverse("search:ask_stream"), {"q": "walrus"}).status_code == 404
+    r = web.get(f"{API}/search", {"q": "walrus migration"})
+    assert r.status_code == 404 and "walrus migration runbook" not in r.content.decode()
+    assert web.get(f"{API}/projects").json() == {"projects": []}
