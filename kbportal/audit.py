@@ -263,7 +263,7 @@ def _filtered(filters: AuditFilters) -> QuerySet[AuditEvent]:
         events = events.filter(Q(actor_username__iexact=filters.actor.strip()) | Q(actor_token_prefix=prefix))
     if filters.since:
         events = events.filter(created_at__gte=datetime.combine(filters.since, time.min, tzinfo=UTC))
-    if filters.until:
+    if filters.until and filters.until < date.max:  # until the last date: no upper bound
         end = datetime.combine(filters.until + timedelta(days=1), time.min, tzinfo=UTC)
         events = events.filter(created_at__lt=end)
     if filters.text:

@@ -187,7 +187,7 @@ def analytics_get(
         "until": until,
         "week_start": end - timedelta(days=7),
         "limit": TOP_LIMIT,
-        "principals": list(viewer_principals) or [""],
+        "principals": [p for p in viewer_principals if p],
     }
     with tenant_context(tenant_id), connection.cursor() as cursor:
         cursor.execute(
@@ -254,7 +254,8 @@ def analytics_get(
         cursor.execute(
             f"""
             SELECT c.doc_id, count(DISTINCT r.id) AS n, d.title, d.url, d.kind, s.slug,
-                   d.id IS NOT NULL AND (d.principals = '[]'::jsonb OR d.principals ?| %(principals)s) AS readable
+                   d.id IS NOT NULL
+                   AND (d.principals = '[]'::jsonb OR d.principals ?| %(principals)s::text[]) AS readable
             FROM search_answerrecord r
             CROSS JOIN LATERAL unnest(r.cited_document_ids) AS c(doc_id)
             LEFT JOIN sources_document d ON d.id = c.doc_id

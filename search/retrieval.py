@@ -139,12 +139,13 @@ def scope_where_sql(scope: QueryScope, kinds: Sequence[str] | None) -> tuple[str
     where = [
         "d.tenant_id = %(tenant_id)s",
         "d.source_id = ANY(%(source_ids)s)",
-        "(d.principals = '[]'::jsonb OR d.principals ?| %(principals)s)",
+        "(d.principals = '[]'::jsonb OR d.principals ?| %(principals)s::text[])",
     ]
     params: dict[str, Any] = {
         "tenant_id": scope.tenant_id,
         "source_ids": list(scope.allowed_source_ids),
-        "principals": list(scope.principals) or [""],
+        # An empty principal never matches: a row listing "" stays restricted to no one.
+        "principals": [p for p in scope.principals if p],
     }
     if kinds:
         where.append("d.kind = ANY(%(kinds)s)")
@@ -565,11 +566,12 @@ def merge_and_cap(hits: list[Hit], *, per_group: int = 3) -> list[Hit]:
 CONTEXT_CHARS = 400
 
 
-def expand_context(hits: list[Hit]) -> None:
+def expand_context(hits: list[Hit], scope: QueryScope) -> None:
     """Attach neighbouring context to each hit's ``context`` (a separate block, never merged
     into the hit's own text): the previous and next sections of a doc section, the enclosing
-    class signature of a method chunk, the parent thread of a burst. One query for all hits;
-    runs inside the caller's tenant context, so it reads only what row-level security allows.
+    class signature of a method chunk, the parent thread of a burst. One query for all hits,
+    limited to what ``scope`` may read (tenant, sources, principals: a restricted neighbour of
+    a public section adds nothing), inside the caller's tenant context.
     """
     wanted: dict[int, list[tuple[str, str]]] = {}
     lookups: list[tuple[int, str]] = []  # (source_id, external_id) to fetch
@@ -588,14 +590,24 @@ def expand_context(hits: list[Hit]) -> None:
     texts: dict[str, str] = {}
     parent_ids = [int(v[1:]) for parts in wanted.values() for _, v in parts if v.startswith("#")]
     if lookups or parent_ids:
+        where, params = scope_where_sql(scope, None)
+        params.update(
+            chars=CONTEXT_CHARS,
+            ctx_sources=[s for s, _ in lookups] or [0],
+            ctx_ids=[e for _, e in lookups] or [""],
+            parents=parent_ids,
+        )
         with connection.cursor() as cursor:
             cursor.execute(
-                """
-                SELECT d.source_id, d.external_id, d.id, d.title, left(d.content, %s) FROM sources_document d
-                WHERE (d.source_id, d.external_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[]))
-                   OR d.id = ANY(%s)
+                f"""
+                SELECT d.source_id, d.external_id, d.id, d.title, left(d.content, %(chars)s)
+                FROM sources_document d
+                WHERE ((d.source_id, d.external_id) IN (
+                          SELECT * FROM unnest(%(ctx_sources)s::bigint[], %(ctx_ids)s::text[]))
+                       OR d.id = ANY(%(parents)s))
+                  AND {where}
                 """,
-                [CONTEXT_CHARS, [s for s, _ in lookups] or [0], [e for _, e in lookups] or [""], parent_ids],
+                params,
             )
             for source_id, external_id, doc_id, title, content in cursor.fetchall():
                 block = f"{title}: {' '.join(content.split())}"
@@ -702,7 +714,7 @@ def hybrid_search(
     if expand:
         t0 = time.perf_counter()
         with tenant_context(scope.tenant_id, user_id=scope.user_id):
-            expand_context(hits)
+            expand_context(hits, scope)
         timings["context"] = (time.perf_counter() - t0) * 1000
     return SearchResult(hits=hits, timings_ms=timings, rankers=tuple(rankers))
 

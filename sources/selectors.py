@@ -170,7 +170,7 @@ def document_get_for_user(user, *, source_public_id: str, external_id: str) -> t
     the tenant's projects, and its principals empty or naming the user.
     """
     tenant_id = user_tenant_id(user)
-    if tenant_id is None:
+    if tenant_id is None or "\x00" in external_id:  # PostgreSQL text cannot hold NUL: no such row
         raise DocumentNotFound("no such document")
     principals = set(user_principals(user))
     with tenant_context(tenant_id, user_id=user.pk):

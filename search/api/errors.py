@@ -20,7 +20,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework import exceptions
@@ -91,6 +93,12 @@ def _body(exc: exceptions.APIException, rid: str) -> dict[str, Any]:
     return body
 
 
+class PayloadTooLarge(exceptions.APIException):
+    status_code = 413
+    default_detail = "request body too large"
+    default_code = "payload_too_large"
+
+
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """DRF's ``EXCEPTION_HANDLER``: a JSON error body for every exception (module docstring).
 
@@ -104,6 +112,10 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         exc = exceptions.NotFound(str(exc) or None)
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied(str(exc) or None)
+    elif isinstance(exc, RequestDataTooBig):
+        exc = PayloadTooLarge(
+            f"request body over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE:,} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE)"
+        )
     elif isinstance(exc, exceptions.NotAuthenticated):
         exc = exceptions.NotAuthenticated(
             "authentication required: send 'Authorization: Bearer kb_<prefix>_<secret>' or log in"

@@ -182,7 +182,19 @@ def _best_sentence(question_terms: set[str], ev: Evidence) -> str:
     return best
 
 
+_CITATION_LIKE = re.compile(r"\[\s*\d+(?:\s*,\s*\d+)*\s*\]")
+
+
+def _quote(text: str) -> str:
+    """Document text made safe to quote: ``[n]`` in it would read as one of our citations."""
+    return _CITATION_LIKE.sub(lambda m: "(" + m.group(0)[1:-1].strip() + ")", text)
+
+
 def _describe(question_terms: set[str], ev: Evidence) -> str:
+    return _quote(_describe_raw(question_terms, ev))
+
+
+def _describe_raw(question_terms: set[str], ev: Evidence) -> str:
     if ev.kind in {"code_chunk", "code_file"}:
         symbol = ev.metadata.get("symbol")
         return f"`{symbol}` in {ev.location}" if symbol else f"{ev.title} ({ev.location})"
@@ -229,12 +241,21 @@ LLM_EVIDENCE_BLOCKS = 8
 LLM_BLOCK_CHARS = 700  # 8 x 700 characters keeps the prompt near 1,500 tokens (small local models)
 
 
+def _block_text(text: str) -> str:
+    """Evidence text inside the prompt: its own ``[n]`` become ``(n)`` and no line of it can pass
+    for a block header or a question (each line is indented), so a document cannot forge
+    another evidence block or a second question."""
+    text = _quote(text).replace("Question:", "Question -")
+    return "\n".join("    " + line for line in text.splitlines())
+
+
 def _evidence_prompt(question: str, evidence: list[Evidence], *, missing: Sequence[str] = ()) -> str:
     blocks = []
     for ev in evidence[:LLM_EVIDENCE_BLOCKS]:
         when = f" ({ev.updated_at.date().isoformat()})" if ev.updated_at else ""
-        context = f"\n(context: {ev.context[:300]})" if ev.context else ""
-        blocks.append(f"[{ev.n}] {ev.title} — {ev.location}{when}\n{ev.text[:LLM_BLOCK_CHARS]}{context}")
+        context = f"\n    (context: {_block_text(ev.context[:300]).strip()})" if ev.context else ""
+        header = _block_text(f"{ev.title} — {ev.location}{when}").strip().replace("\n", " ")
+        blocks.append(f"[{ev.n}] {header}\n{_block_text(ev.text[:LLM_BLOCK_CHARS])}{context}")
     note = ""
     if missing:
         names = ", ".join(f'"{t}"' for t in missing)
@@ -316,7 +337,10 @@ def synthesize_stream(
     except Exception as exc:
         logger.warning("LLM synthesizer failed, answering extractively: %s", exc)
         answer = extractive_answer(question, evidence, verdict=verdict)
-        answer.error = f"LLM failed: {type(exc).__name__}: {exc}"[:300]
+        # The provider's own message may echo keys or internal URLs: logged above, not shown.
+        status = getattr(exc, "status_code", None)
+        http = f", HTTP {status}" if isinstance(status, int) else ""
+        answer.error = f"the language model failed ({type(exc).__name__}{http}); see the server log"
         if not citations.text and not note:  # nothing shown yet: stream the fallback like any answer
             yield from answer.text.splitlines(keepends=True)
         yield answer

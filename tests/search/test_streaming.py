@@ -158,7 +158,8 @@ def test_llm_failing_mid_stream_falls_back_to_the_extractive_answer(kb, settings
     done = events[-1].data
     assert "".join(tokens) == "Run make release [1]"  # nothing after the failure
     assert events[-1].type == "done" and done["fallback"]
-    assert done["synthesizer"] == "extractive" and "the model crashed" in done["error"]
+    assert done["synthesizer"] == "extractive" and done["error"].startswith("the language model failed")
+    assert "the model crashed" not in done["error"]  # the provider's text stays in the server log
     assert done["text"].startswith("From the best-matching sources:") and "make release" in done["text"]
     assert done["cited"] and {s["n"] for s in done["sources"]} == set(done["cited"])
 
@@ -175,5 +176,5 @@ def test_llm_refusing_before_any_token_streams_the_extractive_answer(kb, setting
         events = _events("How do I deploy the billing service?", scope_for_user(kb.acme.admin))
     tokens = [e.data["text"] for e in events if e.type == "token"]
     done = events[-1].data
-    assert done["fallback"] and "overloaded" in done["error"]
+    assert done["fallback"] and "HTTP 503" in done["error"]
     assert tokens and "".join(tokens) == done["text"]

@@ -96,7 +96,8 @@ def fit_external_id(external_id: str) -> str:
 
 def _redact(text: str) -> str:
     """``https://user:token@host`` -> ``https://***@host``: credentials never reach a run's error."""
-    return re.sub(r"(?<=://)[^/@\s]+@", "***@", text)
+    # Up to the last "@" before the host: a password may itself contain "@".
+    return re.sub(r"(?<=://)[^/\s]*@", "***@", text)
 
 
 def _git_command(repo: Path | None, *args: str) -> list[str]:
@@ -189,7 +190,7 @@ def clone_directory_name(url: str) -> str:
     made with them. Shape: ``github.com-org-repo-1a2b3c4d5e6f``.
     """
     readable = re.sub(r"^[a-z][a-z0-9+.-]*://", "", url.strip(), flags=re.IGNORECASE)
-    readable = re.sub(r"^[^/@]*@", "", readable)  # user[:token]@ never appears in a file name
+    readable = re.sub(r"^[^/]*@", "", readable)  # user[:token]@ never appears in a file name
     readable = re.sub(r"[^A-Za-z0-9._-]+", "-", readable).strip("-.")
     # The end of a URL names the repository; keep it when the whole is too long.
     readable = readable.removesuffix(".git")[-60:].strip("-.") or "repo"
