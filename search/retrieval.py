@@ -13,7 +13,6 @@ page or thread are kept.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import re
@@ -158,8 +157,6 @@ MAX_TERM_DF = 5000  # ... and so is one in more than 5,000 rows (IDF < 3 at 100k
 KEEP_RAREST = 3  # ... unless every lexeme is that common: then the rarest few are kept
 RARE_IDF = 4.0  # the design's rare-token threshold: ln(N / df) >= 4.0
 MAX_RARE_TERMS = 8
-LEXICAL_CANDIDATE_BUDGET = 3000  # above this many (estimated) OR matches, common terms must co-occur
-MAX_PAIRED_TERMS = 6  # ... pairs are formed among the rarest six of them (15 pairs at most)
 
 
 @dataclass
@@ -188,32 +185,6 @@ class QueryTerms:
             return self.lexemes
         kept = [lx for lx in present if self.df[lx] / self.n_rows <= COMMON_DF_RATIO and self.df[lx] <= MAX_TERM_DF]
         return kept or sorted(present, key=lambda lx: self.df[lx])[:KEEP_RAREST]
-
-    def match_query(self) -> str:
-        """The lexical ranker's tsquery (``to_tsquery`` syntax) over ``kept()``: candidate selection.
-
-        When the kept terms' document frequencies sum to at most ``LEXICAL_CANDIDATE_BUDGET``,
-        any term matches (OR). Above it, ranking every OR match costs more than the latency
-        budget at 100k+ rows (reading and scoring each match's tsvector), so the rarest terms
-        whose frequencies fit in half the budget still match alone, and the others only in
-        pairs (``a & b``): a row holding a single common term of a long question is no
-        candidate. The dense ranker still sees every row.
-        """
-        kept = self.kept()
-        if len(kept) < 3 or sum(self.df.get(lx, 0) for lx in kept) <= LEXICAL_CANDIDATE_BUDGET:
-            return _tsquery_literal(kept)
-        by_df = sorted(kept, key=lambda lx: self.df.get(lx, 0))
-        alone: list[str] = []
-        spent = 0
-        for lx in by_df:
-            if spent + self.df.get(lx, 0) > LEXICAL_CANDIDATE_BUDGET // 2:
-                break
-            alone.append(lx)
-            spent += self.df.get(lx, 0)
-        rest = [lx for lx in by_df if lx not in alone][:MAX_PAIRED_TERMS]
-        parts = [_tsquery_literal([lx]) for lx in alone]
-        parts += [f"({_tsquery_literal([a])} & {_tsquery_literal([b])})" for a, b in itertools.combinations(rest, 2)]
-        return " | ".join(parts) if parts else _tsquery_literal(kept)
 
     def rare(self) -> list[tuple[str, float]]:
         """``(lexeme, idf)`` with idf >= ``RARE_IDF``, rarest first, at most ``MAX_RARE_TERMS``."""
@@ -271,7 +242,7 @@ def lexical_ranking(
     """
     terms = terms or query_terms(query, scope)
     where, params = scope_where_sql(scope, kinds)
-    params.update(pos=terms.match_query(), phrases=terms.phrases, neg=terms.negative, limit=limit)
+    params.update(pos=_tsquery_literal(terms.kept()), phrases=terms.phrases, neg=terms.negative, limit=limit)
     sql = f"""
         WITH parts AS (
             SELECT %(pos)s::tsquery || websearch_to_tsquery('english', %(phrases)s) AS pos,

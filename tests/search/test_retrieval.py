@@ -4,15 +4,7 @@ import math
 
 import pytest
 
-from search.retrieval import (
-    LEXICAL_CANDIDATE_BUDGET,
-    EmptyQuery,
-    Hit,
-    QueryTerms,
-    hybrid_search,
-    merge_and_cap,
-    rrf_fuse,
-)
+from search.retrieval import EmptyQuery, Hit, hybrid_search, merge_and_cap, rrf_fuse
 from sources.selectors import scope_for_user
 
 
@@ -31,16 +23,6 @@ def _hit(doc_id, kind, path, score):
         end_line=None, content="", text="", metadata={}, updated_at=None, parent_id=None, external_id=str(doc_id),
         score=score, ranks={"lexical": doc_id},
     )  # fmt: skip
-
-
-def test_lexical_candidates_stay_or_while_cheap_and_pair_common_terms_when_not():
-    small = QueryTerms(lexemes=["a", "b", "c"], df={"a": 10, "b": 20, "c": 30}, n_rows=1000, phrases="", negative="")
-    assert small.match_query() == "'a' | 'b' | 'c'"
-    df = {"rare": 40, "mid": 900, "big": 2000, "huge": 4000}
-    big = QueryTerms(lexemes=sorted(df), df=df, n_rows=100_000, phrases="", negative="")
-    assert sum(df.values()) > LEXICAL_CANDIDATE_BUDGET
-    # The rare term (and the next ones that fit half the budget) match alone; the rest only in pairs.
-    assert big.match_query() == "'rare' | 'mid' | ('big' & 'huge')"
 
 
 def test_merge_folds_file_rows_into_chunks_and_caps_per_file():
