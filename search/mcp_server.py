@@ -196,6 +196,15 @@ INSTRUCTIONS = (
 )
 
 
+EVIDENCE_TOOLS = {
+    "search": "Hybrid (full-text + semantic) search over everything the project indexed: docs, code, "
+    "Slack threads, commits. Returns ranked evidence rows with links.",
+    "search_slack": "Search Slack threads and conversations only.",
+    "search_code": "Search code only (files, functions, classes), with path and line ranges.",
+    "recent_prs": "Commits and pull requests relevant to the query, newest first among the relevant.",
+}  # name -> description; each returns ranked evidence rows (who_knows returns people)
+
+
 def build_server(*, stdio_token: str | None = None, http_url: str | None = None) -> MCPServer:
     """The kbportal MCP server for one transport.
 
@@ -224,46 +233,16 @@ def build_server(*, stdio_token: str | None = None, http_url: str | None = None)
 
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
-    @server.tool(
-        name="search",
-        description="Hybrid (full-text + semantic) search over everything the project indexed: docs, code, "
-        "Slack threads, commits. Returns ranked evidence rows with links.",
-        annotations=read_only,
-    )
-    async def search_tool(query: Query, limit: Limit = 10, project: ProjectSlug = None) -> EvidenceResults:
-        return await in_thread(
-            evidence_for_token, raw_token(), tool="search", query=query, limit=limit, project=project
-        )
+    def evidence_tool(name: str):
+        async def tool(query: Query, limit: Limit = 10, project: ProjectSlug = None) -> EvidenceResults:
+            return await in_thread(
+                evidence_for_token, raw_token(), tool=name, query=query, limit=limit, project=project
+            )
 
-    @server.tool(
-        name="search_slack",
-        description="Search Slack threads and conversations only.",
-        annotations=read_only,
-    )
-    async def search_slack_tool(query: Query, limit: Limit = 10, project: ProjectSlug = None) -> EvidenceResults:
-        return await in_thread(
-            evidence_for_token, raw_token(), tool="search_slack", query=query, limit=limit, project=project
-        )
+        return tool
 
-    @server.tool(
-        name="search_code",
-        description="Search code only (files, functions, classes), with path and line ranges.",
-        annotations=read_only,
-    )
-    async def search_code_tool(query: Query, limit: Limit = 10, project: ProjectSlug = None) -> EvidenceResults:
-        return await in_thread(
-            evidence_for_token, raw_token(), tool="search_code", query=query, limit=limit, project=project
-        )
-
-    @server.tool(
-        name="recent_prs",
-        description="Commits and pull requests relevant to the query, newest first among the relevant.",
-        annotations=read_only,
-    )
-    async def recent_prs_tool(query: Query, limit: Limit = 10, project: ProjectSlug = None) -> EvidenceResults:
-        return await in_thread(
-            evidence_for_token, raw_token(), tool="recent_prs", query=query, limit=limit, project=project
-        )
+    for name, description in EVIDENCE_TOOLS.items():
+        server.tool(name=name, description=description, annotations=read_only)(evidence_tool(name))
 
     @server.tool(
         name="who_knows",
