@@ -128,6 +128,31 @@ def cut(text: str, limit: int) -> str:
     return head.rstrip() + "…"
 
 
+def check_workspace_url(value: str | None) -> str | None:
+    """A config's ``workspace_url``: blank -> ``None``, else an http(s) URL without a trailing slash.
+
+    Raises ``ValueError`` (pydantic names the field) for any other scheme.
+    """
+    if value is None or not value.strip():
+        return None
+    value = value.strip().rstrip("/")
+    if not value.startswith(("https://", "http://")):
+        raise ValueError("must start with https:// (e.g. https://acme.slack.com)")
+    return value
+
+
+def collect_messages(renderer, raws: list[Any], where: str, report, by_ts: dict[str, SlackMessage]) -> None:
+    """Render raw message objects into ``by_ts`` (first one per ``ts`` wins); a non-object or a
+    message without a valid ``ts`` is recorded on ``report`` as ``<where>#<index>`` and skipped."""
+    for index, raw in enumerate(raws):
+        if not isinstance(raw, dict) or not valid_ts(raw.get("ts")):
+            report.skip(f"{where}#{index}", "message is not an object with a valid ts")
+            continue
+        message = renderer.message(raw)
+        if message is not None and message.ts not in by_ts:
+            by_ts[message.ts] = message
+
+
 def permalink(workspace_url: str | None, channel_id: str, ts: str) -> str:
     """``<workspace>/archives/<channel>/p<ts digits>``, or a stable ``slack://`` link without a workspace."""
     if workspace_url:

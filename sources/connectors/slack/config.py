@@ -7,6 +7,7 @@ import re
 from pydantic import Field, SecretStr, field_validator
 
 from sources.connectors.base import ConnectorConfig
+from sources.connectors.slack_rows import check_workspace_url
 
 CHANNEL_ID_RE = re.compile(r"^[CG][A-Z0-9]{2,}$")
 
@@ -49,12 +50,7 @@ class SlackConfig(ConnectorConfig):
     @field_validator("workspace_url")
     @classmethod
     def _check_workspace_url(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
-            return None
-        value = value.strip().rstrip("/")
-        if not value.startswith(("https://", "http://")):
-            raise ValueError("must start with https:// (e.g. https://acme.slack.com)")
-        return value
+        return check_workspace_url(value)
 
     @field_validator("channels")
     @classmethod

@@ -33,6 +33,7 @@ from sources.connectors.slack_rows import (
     SlackMessage,
     SlackRenderer,
     channel_rows,
+    collect_messages,
     conversation_row,
     group_conversations,
     is_thread,
@@ -132,13 +133,7 @@ class SlackConnector(Connector):
         for raw in list(raw_messages):
             if isinstance(raw, dict) and _has_replies(raw):
                 raw_messages.extend(self.client.replies(channel.id, str(raw["ts"])) or [])
-        for index, raw in enumerate(raw_messages):
-            if not isinstance(raw, dict) or not valid_ts(raw.get("ts")):
-                report.skip(f"{channel.id}#{index}", "message is not an object with a valid ts")
-                continue
-            message = renderer.message(raw)
-            if message is not None and message.ts not in by_ts:
-                by_ts[message.ts] = message
+        collect_messages(renderer, raw_messages, channel.id, report, by_ts)
         return sorted(by_ts.values(), key=lambda m: ts_key(m.ts))
 
     # -- live refresh --------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from sources.connectors.base import ConnectorConfig
+from sources.connectors.slack_rows import check_workspace_url
 
 
 class SlackExportConfig(ConnectorConfig):
@@ -26,12 +27,7 @@ class SlackExportConfig(ConnectorConfig):
     @field_validator("workspace_url")
     @classmethod
     def _check_workspace_url(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
-            return None
-        value = value.strip().rstrip("/")
-        if not value.startswith(("https://", "http://")):
-            raise ValueError("must start with https:// (e.g. https://acme.slack.com)")
-        return value
+        return check_workspace_url(value)
 
     @field_validator("channels")
     @classmethod

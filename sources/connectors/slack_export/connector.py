@@ -30,8 +30,8 @@ from sources.connectors.slack_rows import (
     SlackMessage,
     SlackRenderer,
     channel_rows,
+    collect_messages,
     ts_key,
-    valid_ts,
 )
 
 
@@ -156,13 +156,7 @@ class SlackExportConnector(Connector):
             if not isinstance(data, list):
                 report.skip(path, f"invalid JSON: expected a list of messages, got {type(data).__name__}")
                 continue
-            for index, raw_message in enumerate(data):
-                if not isinstance(raw_message, dict) or not valid_ts(raw_message.get("ts")):
-                    report.skip(f"{path}#{index}", "message is not an object with a valid ts")
-                    continue
-                message = renderer.message(raw_message)
-                if message is not None and message.ts not in by_ts:
-                    by_ts[message.ts] = message
+            collect_messages(renderer, data, path, report, by_ts)
         return sorted(by_ts.values(), key=lambda m: ts_key(m.ts))
 
     # -- grouping ------------------------------------------------------------------------------
