@@ -32,6 +32,15 @@ class DataSource(TenantOwned):
     generation = models.PositiveIntegerField(default=0)
     last_synced_at = models.DateTimeField(null=True, blank=True)
     indexed_rows = models.PositiveIntegerField(default=0, help_text="Rows after the last run (for IDF).")
+    # Scheduling and health (sources.scheduling): the beat dispatcher queues an enabled source
+    # when ``sync_interval_minutes`` have passed since its last attempt and ``backoff_until``
+    # (set after failures, doubling per consecutive failure, capped) is in the past.
+    enabled = models.BooleanField(default=True, help_text="Scheduled syncs run only for enabled sources.")
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    last_attempt_at = models.DateTimeField(null=True, blank=True, help_text="Start of the last run (any outcome).")
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, help_text="Error of the last failed run (cleared on success).")
+    backoff_until = models.DateTimeField(null=True, blank=True, help_text="No scheduled run before this time.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
