@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "django_celery_beat",
     "kbportal",
     "projects",
     "sources",
@@ -190,6 +191,15 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {"sources.*": {"queue": "ingest"}}
 CELERY_TASK_TIME_LIMIT = 4 * 3600
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Beat reads its schedule from the database (django-celery-beat; editable in the admin under
+# "Periodic tasks"): one entry, "sources.dispatch_due" every minute, queues the data sources
+# whose sync interval has passed (sources.scheduling). Run: celery -A kbportal beat.
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# A failing source's next scheduled run waits interval * 2**(failures - 1), at most this long
+# (or its own interval when that is longer).
+KB_SYNC_BACKOFF_MAX_MINUTES = int(os.environ.get("KB_SYNC_BACKOFF_MAX_MINUTES", str(24 * 60)))
+# A run still "queued" after this long lost its queue message; the dispatcher marks it failed.
+KB_SYNC_QUEUED_STALE_MINUTES = int(os.environ.get("KB_SYNC_QUEUED_STALE_MINUTES", "360"))
 
 # LLM (OpenAI-compatible). Unset -> rule-based planner and extractive synthesizer.
 KB_PUBLIC_URL = os.environ.get("KB_PUBLIC_URL", "")  # the portal's own address, for absolute links in API/MCP

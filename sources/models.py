@@ -73,6 +73,7 @@ class IngestionRun(TenantOwned):
         SUCCEEDED = "succeeded", "Succeeded"
         PARTIAL = "partial", "Succeeded with skipped items"
         FAILED = "failed", "Failed"
+        SKIPPED = "skipped", "Skipped (another run of the source was in progress)"
 
     source = models.ForeignKey(DataSource, on_delete=models.CASCADE, related_name="runs")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)

@@ -1,4 +1,6 @@
-"""Scheduling and health fields of a data source (``sources.scheduling``)."""
+"""Scheduling and health of data sources (``sources.scheduling``): the source's scheduling and
+health fields, and the ``skipped`` run status (a run refused because another run of the same
+source held its lock; a choices change, nothing in the database)."""
 
 from django.db import migrations, models
 
@@ -36,5 +38,21 @@ class Migration(migrations.Migration):
             model_name="datasource",
             name="backoff_until",
             field=models.DateTimeField(blank=True, help_text="No scheduled run before this time.", null=True),
+        ),
+        migrations.AlterField(
+            model_name="ingestionrun",
+            name="status",
+            field=models.CharField(
+                choices=[
+                    ("queued", "Queued"),
+                    ("running", "Running"),
+                    ("succeeded", "Succeeded"),
+                    ("partial", "Succeeded with skipped items"),
+                    ("failed", "Failed"),
+                    ("skipped", "Skipped (another run of the source was in progress)"),
+                ],
+                default="queued",
+                max_length=16,
+            ),
         ),
     ]
