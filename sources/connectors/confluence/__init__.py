@@ -1,0 +1,1 @@
+"""Confluence pages through the REST API or an HTML space export (kind ``confluence``)."""

@@ -1,0 +1,1 @@
+"""Jira issues through the REST API or a CSV export (kind ``jira``)."""

@@ -1,0 +1,123 @@
+"""Configuration of a Jira data source: the REST API of a site, or a CSV export file."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from sources.connectors.base import ConnectorConfig
+
+PROJECT_KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]{0,49}$")
+
+
+def check_base_url(value: str | None, example: str) -> str | None:
+    """A site URL: ``http(s)://host[/path]``, no credentials, query or fragment; trailing ``/`` dropped."""
+    if value is None:
+        return None
+    value = value.strip().rstrip("/")
+    parts = urlsplit(value)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise ValueError(f"must be an http(s) URL such as {example}")
+    if parts.username or parts.password:
+        raise ValueError("must not carry credentials; put them in the token (and email) fields")
+    if parts.query or parts.fragment:
+        raise ValueError("must not carry a query or fragment")
+    return value
+
+
+def principal(value: str) -> str:
+    """A principal as ``Document.principals`` stores it: an address -> ``email:<address>``;
+    ``email:``/``user:``/``group:`` values kept (email lower-cased)."""
+    value = value.strip()
+    if value.startswith("email:") or ("@" in value and ":" not in value):
+        return "email:" + value.removeprefix("email:").lower()
+    if value.startswith(("user:", "group:")) and len(value.split(":", 1)[1]) > 0:
+        return value
+    raise ValueError(f"{value!r} is not a principal: use an email address, 'group:<name>' or 'user:<id>'")
+
+
+class JiraConfig(ConnectorConfig):
+    """Which Jira issues to read, from the REST API (``base_url``) or a CSV export (``path``).
+
+    ``base_url``: the site, ``https://acme.atlassian.net`` (Cloud) or
+    ``https://jira.example.com`` (Server / Data Center); row links are ``{base_url}/browse/KEY``.
+    ``email`` + ``token``: Cloud basic auth with an API token; ``token`` alone: a personal access
+    token sent as a bearer token (Server / Data Center). ``token`` is a secret: shown as
+    ``**********`` and redacted from every error. ``jql``: which issues (any JQL; a trailing
+    ``ORDER BY`` is replaced); ``project``: a project key or list of keys, ANDed with ``jql``.
+    ``path``: a CSV file exported from Jira's issue navigator ("Export CSV (all fields)"),
+    read instead of the API (``base_url`` then only makes links). ``api_version``: ``"2"``
+    (descriptions in wiki markup) or ``"3"`` (Atlassian Document Format, flattened to text).
+    ``incremental``: once the source has rows, a run asks only for issues updated since the
+    newest stored row, less ``overlap_minutes`` (JQL dates have minute precision and are read in
+    the API user's time zone, so the default of one day covers any zone); rows found unchanged
+    cost a hash, no embedding. A full run (``incremental: false``, and every CSV run) also
+    removes issues that are gone. ``page_size``: ``maxResults`` per search page (Jira caps it,
+    commonly at 100). ``security_principals``: issue security level name -> who may read its
+    issues (emails, ``group:<name>``, ``user:<id>``); an issue with a level not listed gets a
+    principal nobody holds, so it stays closed rather than falling open.
+    ``max_rate_limit_wait_seconds`` / ``rate_limit_retries``: see the client.
+    """
+
+    base_url: str | None = None
+    email: str | None = None
+    token: SecretStr | None = None
+    jql: str = ""
+    project: list[str] = Field(default_factory=list)
+    path: str | None = None
+    api_version: Literal["2", "3"] = "2"
+    incremental: bool = True
+    overlap_minutes: int = Field(default=1440, ge=0, le=100_000)
+    page_size: int = Field(default=50, ge=1, le=1000)
+    security_principals: dict[str, list[str]] = Field(default_factory=dict)
+    max_rate_limit_wait_seconds: float = Field(default=300.0, ge=0, le=3600)
+    rate_limit_retries: int = Field(default=5, ge=0, le=50)
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, value: str | None) -> str | None:
+        return check_base_url(value, "https://acme.atlassian.net")
+
+    @field_validator("project", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("project")
+    @classmethod
+    def _check_keys(cls, value: list[str]) -> list[str]:
+        keys = [v.strip().upper() for v in value]
+        bad = [k for k in keys if not PROJECT_KEY_RE.match(k)]
+        if bad:
+            raise ValueError(f"not a Jira project key: {', '.join(map(repr, bad))} (expected e.g. 'SUP')")
+        return keys
+
+    @field_validator("token")
+    @classmethod
+    def _blank_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            return None
+        return value
+
+    @field_validator("security_principals")
+    @classmethod
+    def _check_principals(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        return {level: [principal(p) for p in people] for level, people in value.items()}
+
+    @field_validator("path")
+    @classmethod
+    def _check_path(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip().lower().endswith(".csv"):
+            raise ValueError("must be a .csv file exported from Jira")
+        return value.strip() if value else value
+
+    @model_validator(mode="after")
+    def _api_or_file(self) -> JiraConfig:
+        if not self.base_url and not self.path:
+            raise ValueError("give base_url (the Jira site, read through its REST API) or path (a CSV export)")
+        if self.email and not self.token:
+            raise ValueError("email needs token (an Atlassian API token) for basic auth")
+        return self
