@@ -44,7 +44,23 @@ def _secret_key() -> str:
     return path.read_text().strip()
 
 
+def _secrets_keys() -> list[str]:
+    """Fernet keys for secrets at rest (kbportal.secrets): KB_SECRETS_KEY (comma-separated, the
+    first encrypts, all decrypt) or one generated into var/secrets_key."""
+    keys = [k.strip() for k in os.environ.get("KB_SECRETS_KEY", "").split(",") if k.strip()]
+    if keys:
+        return keys
+    path = VAR_DIR / "secrets_key"
+    if not path.exists():
+        from cryptography.fernet import Fernet
+
+        path.write_text(Fernet.generate_key().decode())
+        path.chmod(0o600)
+    return [path.read_text().strip()]
+
+
 SECRET_KEY = _secret_key()
+KB_SECRETS_KEYS = _secrets_keys()
 DEBUG = _env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
 
@@ -221,6 +237,10 @@ KB_WORKDIR = Path(os.environ.get("KB_WORKDIR", VAR_DIR / "work"))
 
 # Custom data-source kinds: {"kind": "dotted.path.ConnectorClass"}.
 KB_CUSTOM_CONNECTORS: dict[str, str] = {}
+
+# Connector URLs may reach private/loopback/link-local addresses only with this on, or with
+# "allow_private_network": true in a source's config (kbportal.netcheck).
+KB_ALLOW_PRIVATE_URLS = _env_bool("KB_ALLOW_PRIVATE_URLS", False)
 
 LOGGING = {
     "version": 1,

@@ -13,23 +13,44 @@ class ProjectSourceInline(OwnerDatabaseInline):
 
 
 class DataSourceForm(forms.ModelForm):
-    """Validates ``config`` with the connector's pydantic model, naming each invalid field."""
+    """Validates ``config`` with the connector's pydantic model, naming each invalid field.
+
+    Secrets never reach the page: a stored secret is shown as ``•••• (set)``, and leaving that
+    text in place keeps the stored (encrypted) value; a new secret is encrypted before saving.
+    ``"allow_private_network": true`` lets this source reach private/loopback addresses.
+    """
 
     class Meta:
         model = DataSource
         fields = "__all__"
+        help_texts = {
+            "config": "JSON, validated by the connector. Secrets show as •••• (set): leave them to keep the "
+            'stored value. "allow_private_network": true lets URLs reach private or loopback addresses.'
+        }
+
+    def __init__(self, *args, **kwargs):
+        from kbportal.secrets import mask_fields
+        from sources.connectors.registry import secret_fields
+
+        super().__init__(*args, **kwargs)
+        if self.instance.pk and isinstance(self.instance.config, dict):
+            self.initial["config"] = mask_fields(self.instance.config, secret_fields(self.instance.kind))
 
     def clean(self):
         from sources.connectors.base import ConnectorError
         from sources.connectors.registry import build_connector
+        from sources.services import config_merge_secrets
 
         data = super().clean()
+        kind = data.get("kind", "")
+        old = self.instance.config if self.instance.pk and isinstance(self.instance.config, dict) else {}
+        label = f"data source {self.instance.slug!r}" if self.instance.pk else f"a {kind!r} data source"
         try:
-            build_connector(
-                data.get("kind", ""), data.get("config") or {}, include=data.get("include"), exclude=data.get("exclude")
-            )
+            config = config_merge_secrets(kind=kind, old=old, new=data.get("config") or {}, label=label)
+            build_connector(kind, config, include=data.get("include"), exclude=data.get("exclude"))
         except ConnectorError as exc:
             raise forms.ValidationError(str(exc)) from exc
+        data["config"] = config
         return data
 
 

@@ -20,9 +20,10 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from kbportal.audit import audit_record
+from kbportal.secrets import MASK, SecretsError, decrypt_value, encrypt_fields, is_encrypted, rotate_value
 from kbportal.tenancy import tenant_context
 from sources.connectors.base import ConnectorError, DocumentRow, IngestReport
-from sources.connectors.registry import build_connector
+from sources.connectors.registry import build_connector, secret_fields
 from sources.connectors.slack_rows import ts_key, valid_ts
 from sources.embeddings import get_embedder
 from sources.models import DataSource, Document, IngestionRun, ProjectSource, SlackEventSeen
@@ -53,10 +54,13 @@ def source_create(
 ) -> DataSource:
     """Create a data source after validating ``config`` with its connector's model.
 
-    Raises ``ConnectorError`` naming the kind and the invalid fields. Runs inside the tenant's
-    context; attaches the source to ``project_ids`` (projects of the same tenant). Writes the
-    ``source.create`` audit event in the same transaction (config field names only: values may
-    be secrets).
+    Secret fields (``sources.connectors.registry.secret_fields``) are stored encrypted
+    (``enc:v1:...``). URL fields must reach public addresses unless ``config`` carries
+    ``"allow_private_network": true`` (callers are operators: the admin, management commands).
+    Raises ``ConnectorError`` naming the kind and the invalid fields or the refused address.
+    Runs inside the tenant's context; attaches the source to ``project_ids`` (projects of the
+    same tenant). Writes the ``source.create`` audit event in the same transaction (config field
+    names only: values may be secrets).
     """
     build_connector(kind, config, include=include, exclude=exclude)  # validation only
     with tenant_context(tenant_id):
@@ -65,7 +69,7 @@ def source_create(
             kind=kind,
             name=name,
             slug=slug or slugify(name)[:80] or kind,
-            config=config,
+            config=encrypt_fields(config, secret_fields(kind)),
             include=list(include or []),
             exclude=list(exclude or []),
             sync_interval_minutes=sync_interval_minutes,
@@ -83,12 +87,44 @@ def source_create(
     return source
 
 
+def source_label(source: DataSource) -> str:
+    """How errors name a source: ``data source 'slug'``."""
+    return f"data source {source.slug!r}"
+
+
+def config_merge_secrets(*, kind: str, old: dict[str, Any], new: dict[str, Any], label: str) -> dict[str, Any]:
+    """The config to store when ``new`` replaces ``old``: a secret left as ``MASK`` (what forms
+    show) or equal to the stored plaintext keeps its stored ciphertext; other secrets are
+    encrypted. Raises ``ConnectorError`` when ``MASK`` names a secret that was never set."""
+    secrets = secret_fields(kind)
+    merged: dict[str, Any] = {}
+    for key, value in new.items():
+        stored = old.get(key)
+        if value == MASK:
+            if stored is None:
+                raise ConnectorError(f"{label}: config field {key!r} is {MASK!r} but no secret is stored; enter it")
+            merged[key] = stored
+        elif is_encrypted(stored) and isinstance(value, str) and not is_encrypted(value):
+            try:
+                same = decrypt_value(stored, label=label, field=key) == value
+            except SecretsError:
+                same = False
+            merged[key] = stored if same else value
+        else:
+            merged[key] = value
+    return encrypt_fields(merged, secrets)
+
+
 def source_update_config(*, tenant_id: int, source_id: int, config: dict[str, Any]) -> DataSource:
-    """Replace a source's config after validating it. Raises ``ConnectorError``. Writes the
-    ``source.update`` audit event in the same transaction (the names of the fields that changed)."""
+    """Replace a source's config after validating it (secrets handled as in ``source_create``;
+    a secret given as ``kbportal.secrets.MASK`` keeps its stored value). Raises ``ConnectorError``.
+    Writes the ``source.update`` audit event in the same transaction (the names of the fields
+    that changed, never values)."""
     with tenant_context(tenant_id):
         source = DataSource.objects.get(pk=source_id)
-        build_connector(source.kind, config, include=source.include, exclude=source.exclude)
+        label = source_label(source)
+        config = config_merge_secrets(kind=source.kind, old=source.config, new=config, label=label)
+        build_connector(source.kind, config, include=source.include, exclude=source.exclude, source_label=label)
         changed = sorted(k for k in set(source.config) | set(config) if source.config.get(k) != config.get(k))
         source.config = config
         source.save(update_fields=["config"])
@@ -100,6 +136,33 @@ def source_update_config(*, tenant_id: int, source_id: int, config: dict[str, An
             data={"source": source.slug, "changed_keys": changed},
         )
     return source
+
+
+def source_secrets_rotate(*, tenant_id: int) -> int:
+    """Re-encrypt every stored secret of the tenant's data sources with the first
+    ``KB_SECRETS_KEY`` (plaintext secrets left from before encryption are encrypted too).
+
+    Returns the number of fields rewritten. Raises ``ConnectorError`` naming the source and field
+    when no configured key opens a value; sources before it stay rotated (one transaction each).
+    """
+    rotated = 0
+    with tenant_context(tenant_id):
+        sources = list(DataSource.objects.all())
+    for source in sources:
+        names = secret_fields(source.kind)
+        config, count = dict(source.config), 0
+        for key, value in source.config.items():
+            if isinstance(value, str) and value and (is_encrypted(value) or key in names):
+                try:
+                    config[key] = rotate_value(value, label=source_label(source), field=key)
+                except SecretsError as exc:
+                    raise ConnectorError(str(exc)) from exc
+                count += 1
+        if count:
+            with tenant_context(tenant_id):
+                DataSource.objects.filter(pk=source.pk).update(config=config)
+            rotated += count
+    return rotated
 
 
 def ingestion_run_create(*, tenant_id: int, source_id: int) -> IngestionRun:
@@ -414,12 +477,13 @@ def source_ingest(
         run.started_at = timezone.now()
         run.save(update_fields=["status", "generation", "started_at"])
         kind, config, include, exclude = source.kind, source.config, source.include, source.exclude
+        label = source_label(source)
 
     report = IngestReport()
     batcher = _Batcher(tenant_id=tenant_id, source_id=source_id, generation=generation, run=run, report=report)
     status, error = IngestionRun.Status.SUCCEEDED, ""
     try:
-        connector = build_connector(kind, config, include=include, exclude=exclude)
+        connector = build_connector(kind, config, include=include, exclude=exclude, source_label=label)
         partial = _connector_resume(connector, tenant_id=tenant_id, source_id=source_id)
         rows = 0
         for row in connector.iter_rows(report):
@@ -608,7 +672,9 @@ def slack_thread_refresh(*, tenant_id: int, source_id: int, channel: str, thread
         source = DataSource.objects.get(pk=source_id)
     if source.kind != "slack":
         raise ConnectorError(f"data source {source.slug!r} is a {source.kind!r} source, not 'slack'")
-    connector = build_connector(source.kind, source.config, include=source.include, exclude=source.exclude)
+    connector = build_connector(
+        source.kind, source.config, include=source.include, exclude=source.exclude, source_label=source_label(source)
+    )
     thread_id = f"{channel}:{thread_ts}"
     with transaction.atomic():
         _slack_channel_lock(source_id, channel)

@@ -56,6 +56,7 @@ def _config(server: FakeGitHub, **extra: Any) -> dict[str, Any]:
         "repo": "fastapi",
         "token": TOKEN,
         "base_url": server.base_url,
+        "allow_private_network": True,  # the fake GitHub listens on loopback (kbportal.netcheck)
         "page_size": 10,
         **extra,
     }

@@ -152,7 +152,9 @@ def refreshes() -> Iterator[list[tuple[float, tuple, str]]]:
 def _config(server: FakeSlack, channels: list[str], **extra: Any) -> dict[str, Any]:
     return {
         "token": BOT_TOKEN, "app_token": APP_TOKEN, "base_url": server.base_url, "channels": channels,
-        "workspace_url": "https://clojurians.slack.com", "page_size": 50, **extra,
+        "workspace_url": "https://clojurians.slack.com", "page_size": 50,
+        "allow_private_network": True,  # the fake Slack listens on loopback (kbportal.netcheck)
+        **extra,
     }  # fmt: skip
 
 
