@@ -1,7 +1,8 @@
+from django import forms
 from django.contrib import admin
 
-from kbportal.admin import OwnerDatabaseAdmin, OwnerDatabaseInline
-from projects.models import ApiToken, Membership, Profile, Project, Tenant
+from kbportal.admin import OWNER_DB, OwnerDatabaseAdmin, OwnerDatabaseInline
+from projects.models import ApiToken, Membership, Profile, Project, ProjectMember, Tenant
 from projects.services import api_token_revoke
 
 
@@ -16,11 +17,46 @@ class TenantAdmin(OwnerDatabaseAdmin):
     inlines = [MembershipInline]
 
 
+class ProjectMemberFormSet(forms.BaseInlineFormSet):
+    """Each row's user must be a member of the project's tenant (named in the error)."""
+
+    def clean(self):
+        super().clean()
+        tenant_id = self.instance.tenant_id
+        members = set(
+            Membership.all_tenants.using(OWNER_DB).filter(tenant_id=tenant_id).values_list("user_id", flat=True)
+        )
+        for form in self.forms:
+            user = form.cleaned_data.get("user") if hasattr(form, "cleaned_data") else None
+            if user is not None and not form.cleaned_data.get("DELETE") and user.pk not in members:
+                raise forms.ValidationError(f"{user.get_username()} is not a member of this project's organization")
+
+
+class ProjectMemberInline(OwnerDatabaseInline):
+    """Who may read a project whose visibility is "Project members only" (viewer; editor may sync)."""
+
+    model = ProjectMember
+    formset = ProjectMemberFormSet
+    fields = ["user", "role", "created_at"]
+    readonly_fields = ["created_at"]
+
+
 @admin.register(Project)
 class ProjectAdmin(OwnerDatabaseAdmin):
-    list_display = ["name", "slug", "tenant", "created_at"]
-    list_filter = ["tenant"]
+    list_display = ["name", "slug", "tenant", "visibility", "created_at"]
+    list_filter = ["tenant", "visibility"]
     search_fields = ["name", "slug"]
+    inlines = [ProjectMemberInline]
+
+    def save_formset(self, request, form, formset, change):
+        if formset.model is not ProjectMember:
+            return super().save_formset(request, form, formset, change)
+        # Inline rows take the project's tenant and go through the owner's connection, like the parent.
+        for member in formset.save(commit=False):
+            member.tenant_id = form.instance.tenant_id
+            member.save(using=self.using)
+        for member in formset.deleted_objects:
+            member.delete(using=self.using)
 
 
 @admin.register(Membership)

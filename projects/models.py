@@ -48,12 +48,22 @@ class Membership(TenantOwned):
 
 
 class Project(TenantOwned):
-    """A named bundle of data sources; scopes every query. Sources attach via ``sources``."""
+    """A named bundle of data sources; scopes every query. Sources attach via ``sources``.
+
+    ``visibility`` says who may query it: ``tenant`` (every member of the organization, the
+    default) or ``members`` (owners and admins of the organization, plus its
+    :class:`ProjectMember` rows). ``projects.selectors.project_queryset_readable`` applies it.
+    """
+
+    class Visibility(models.TextChoices):
+        TENANT = "tenant", "Everyone in the organization"
+        MEMBERS = "members", "Project members only"
 
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     name = models.CharField(max_length=200)
     slug = models.SlugField(max_length=80)
     description = models.TextField(blank=True)
+    visibility = models.CharField(max_length=16, choices=Visibility.choices, default=Visibility.TENANT)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -62,6 +72,31 @@ class Project(TenantOwned):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ProjectMember(TenantOwned):
+    """A user's membership of one project: what makes a ``members``-only project readable.
+
+    ``viewer`` may query the project; ``editor`` may also sync its data sources. Owners and
+    admins of the organization read every project without a row here. The user must be a
+    member of the tenant (``projects.services.project_member_add`` checks; a user who leaves
+    the tenant reads nothing, whatever rows remain).
+    """
+
+    class Role(models.TextChoices):
+        VIEWER = "viewer", "Viewer"
+        EDITOR = "editor", "Editor"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="members")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="project_memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "user"], name="projectmember_unique_user")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in project {self.project_id} ({self.role})"
 
 
 class Profile(models.Model):

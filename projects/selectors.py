@@ -11,10 +11,11 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
-from kbportal.tenancy import tenant_context, user_context
-from projects.models import ApiToken, Membership, Profile, Project, Tenant
+from kbportal.tenancy import TenantContextMissing, current_tenant_id, tenant_context, user_context
+from projects.models import ApiToken, Membership, Profile, Project, ProjectMember, Tenant
 
 
 class ScopeNotFound(LookupError):
@@ -38,18 +39,134 @@ def user_tenant_id(user) -> int | None:
     return memberships[0].tenant_id
 
 
+def user_is_tenant_admin(user, tenant_id: int) -> bool:
+    """True when the user is an owner or admin of the tenant."""
+    return any(m.tenant_id == tenant_id and m.is_admin for m in membership_list_for_user(user))
+
+
+# ---------- project membership: who may read which project and data source ------------------------
+#
+# The one place that decides it. Web pages, the API, API tokens, the MCP server and the document
+# page all go through these functions (``sources.selectors.scope_for_user``/``scope_for_token``
+# build the ``allowed_source_ids`` that retrieval takes from them).
+
+_ADMIN_ROLES = (Membership.Role.OWNER, Membership.Role.ADMIN)
+
+
+def _require_tenant_context() -> int:
+    tenant_id = current_tenant_id()
+    if tenant_id is None:
+        raise TenantContextMissing("project membership is read inside tenant_context()")
+    return tenant_id
+
+
+def project_queryset_readable(*, user_id: int | None) -> QuerySet[Project]:
+    """The current tenant's projects that user ``user_id`` may query (runs inside ``tenant_context``).
+
+    - not a member of the tenant (or ``None``): no project;
+    - owner or admin of the tenant: every project;
+    - member: projects with ``visibility = tenant``, plus ``members`` projects where the user
+      has a :class:`~projects.models.ProjectMember` row.
+
+    Returns an unevaluated queryset (one SQL statement with an ``EXISTS`` per rule), so callers
+    can narrow it (``.filter(slug=...)``) or join through it (``sources``). Raises
+    ``TenantContextMissing`` outside a tenant context.
+    """
+    _require_tenant_context()
+    if user_id is None:
+        return Project.objects.none()
+    role = Membership.objects.filter(user_id=user_id).values_list("role", flat=True).first()
+    if role is None:
+        return Project.objects.none()
+    if role in _ADMIN_ROLES:
+        return Project.objects.all()
+    member_of = ProjectMember.objects.filter(project_id=OuterRef("pk"), user_id=user_id)
+    return Project.objects.filter(visibility=Project.Visibility.TENANT) | Project.objects.filter(
+        Exists(member_of), visibility=Project.Visibility.MEMBERS
+    )
+
+
+def project_can_edit(*, user_id: int | None, project_ids: list[int]) -> bool:
+    """True when the user may change (sync the sources of) one of ``project_ids``: an owner or
+    admin of the tenant, or an ``editor`` :class:`ProjectMember` of a project they may read.
+    Runs inside ``tenant_context``."""
+    _require_tenant_context()
+    if user_id is None or not project_ids:
+        return False
+    role = Membership.objects.filter(user_id=user_id).values_list("role", flat=True).first()
+    if role in _ADMIN_ROLES:
+        return True
+    if role is None:
+        return False
+    return ProjectMember.objects.filter(
+        user_id=user_id,
+        role=ProjectMember.Role.EDITOR,
+        project__in=project_queryset_readable(user_id=user_id).filter(pk__in=project_ids),
+    ).exists()
+
+
+def project_default_for_user(*, user_id: int | None) -> Project | None:
+    """The project a query without one runs in (inside ``tenant_context``): the user's
+    ``Profile.default_project`` while they may read it; when it is a project of this tenant they
+    may no longer read (made members-only, or they were removed), the first readable project by
+    name, so losing access never strands the user; ``None`` when no default was chosen in this
+    tenant (or nothing is readable)."""
+    profile = Profile.objects.filter(user_id=user_id).first() if user_id is not None else None
+    if profile is None or profile.default_project_id is None:
+        return None
+    if not Project.objects.filter(pk=profile.default_project_id).exists():
+        return None  # another tenant's project (row-level security) or gone: no default here
+    readable = project_queryset_readable(user_id=user_id)
+    project = readable.filter(pk=profile.default_project_id).first()
+    return project if project is not None else readable.order_by("name", "pk").first()
+
+
 def project_list_for_user(user) -> list[Project]:
-    """Projects of the user's tenant; empty when the user has no tenant."""
+    """The projects of the user's tenant that they may query (:func:`project_queryset_readable`),
+    by name; empty when the user has no tenant."""
     tenant_id = user_tenant_id(user)
     if tenant_id is None:
         return []
     with tenant_context(tenant_id, user_id=user.pk):
-        return list(Project.objects.all())
+        return list(project_queryset_readable(user_id=user.pk).order_by("name", "pk"))
 
 
-def user_is_tenant_admin(user, tenant_id: int) -> bool:
-    """True when the user is an owner or admin of the tenant."""
-    return any(m.tenant_id == tenant_id and m.is_admin for m in membership_list_for_user(user))
+def project_get_for_user(user, project_slug: str | None = None, *, tenant_id: int | None = None) -> Project:
+    """The project ``project_slug`` (default: :func:`project_default_for_user`) if ``user`` may
+    query it, in ``tenant_id`` (default: the user's tenant).
+
+    Raises ``ScopeNotFound`` (-> 404, the same message whether the project does not exist, is
+    another tenant's, or is restricted to members the user is not one of).
+    """
+    tenant_id = tenant_id if tenant_id is not None else user_tenant_id(user)
+    if tenant_id is None:
+        raise ScopeNotFound("you do not belong to any organization yet")
+    with tenant_context(tenant_id, user_id=user.pk):
+        if project_slug:
+            project = project_queryset_readable(user_id=user.pk).filter(slug=project_slug).first()
+        else:
+            project = project_default_for_user(user_id=user.pk)
+    if project is None:
+        raise ScopeNotFound(
+            f"no project {project_slug!r} in your organization" if project_slug else "no default project chosen"
+        )
+    return project
+
+
+def project_source_ids(project: Project) -> tuple[int, ...]:
+    """Ids of the data sources attached to ``project`` (inside its tenant's context, RLS on),
+    ascending. The caller has already checked that the project is readable."""
+    with tenant_context(project.tenant_id):
+        ids = Project.objects.filter(pk=project.pk).values_list("sources", flat=True)
+        return tuple(sorted({i for i in ids if i is not None}))
+
+
+def source_ids_readable(*, user_id: int | None) -> set[int]:
+    """Ids of the current tenant's data sources the user may read (inside ``tenant_context``): a
+    source is readable only through a project the user may read (:func:`project_queryset_readable`);
+    a source in no project, or only in restricted projects the user is not in, is not."""
+    ids = project_queryset_readable(user_id=user_id).values_list("sources", flat=True)
+    return {i for i in ids if i is not None}
 
 
 # ---------- API tokens ---------------------------------------------------------------------------
@@ -149,12 +266,13 @@ def api_token_authenticate(raw: str) -> TokenIdentity:
     with tenant_context(row["tenant_id"], user_id=row["user_id"]):
         if row["user_id"] is not None and (user is None or not Membership.objects.filter(user_id=user.pk).exists()):
             raise ApiTokenRejected("not_member", f"the user of API token kb_{prefix}_… is no longer a member")
-        project_id = row["project_id"]
-        if project_id is None:
-            profile = Profile.objects.filter(user_id=row["user_id"]).first()
-            project_id = profile.default_project_id if profile else None
-        # Inside the tenant's context: a default project of another tenant is simply not found.
-        project = Project.objects.filter(pk=project_id).first() if project_id else None
+        if row["project_id"] is not None:
+            # Pinned: kept as named; api_token_project refuses it once the user may not read it.
+            project = Project.objects.filter(pk=row["project_id"]).first()
+        else:
+            # The user's default while readable, else another readable project (inside the
+            # tenant's context: a default project of another tenant is simply not found).
+            project = project_default_for_user(user_id=row["user_id"])
     return TokenIdentity(
         token_id=row["id"],
         prefix=row["prefix"],
@@ -168,12 +286,29 @@ def api_token_authenticate(raw: str) -> TokenIdentity:
     )
 
 
+def project_queryset_for_token(identity: TokenIdentity) -> QuerySet[Project]:
+    """The projects a call with ``identity`` may use (inside the token's ``tenant_context``).
+
+    A pinned user token: its project while its user may read it (:func:`project_queryset_readable`);
+    a service token (always pinned): its project; an unpinned user token: what its user may read.
+    """
+    _require_tenant_context()
+    if identity.user is None:
+        return Project.objects.filter(pk=identity.project_id)
+    readable = project_queryset_readable(user_id=identity.user_id)
+    if identity.project_pinned:
+        return readable.filter(pk=identity.project_id)
+    return readable
+
+
 def api_token_project(identity: TokenIdentity, project_slug: str | None = None) -> Project:
     """The project a call made with ``identity`` runs in: ``project_slug`` or the token's default.
 
     A token that names its project is pinned to it. Raises ``ScopeNotFound`` (-> 404) when the
-    slug is not a project of the token's tenant, differs from a pinned token's project, or no
-    project is named and the token has no default.
+    slug is not a project of the token's tenant that the token's user may read
+    (:func:`project_queryset_for_token`; a pinned token whose user lost access to its project
+    is refused on every call), differs from a pinned token's project, or no project is named
+    and the token has no default.
     """
     slug = project_slug or identity.project_slug
     if not slug:
@@ -181,7 +316,7 @@ def api_token_project(identity: TokenIdentity, project_slug: str | None = None) 
     if identity.project_pinned and slug != identity.project_slug:
         raise ScopeNotFound(f"this token is limited to project {identity.project_slug!r}")
     with tenant_context(identity.tenant_id, user_id=identity.user_id):
-        project = Project.objects.filter(slug=slug).first()
+        project = project_queryset_for_token(identity).filter(slug=slug).first()
     if project is None:
         raise ScopeNotFound(f"no project {slug!r} in this token's organization")
     return project

@@ -15,8 +15,14 @@ from django.utils.text import slugify
 
 from kbportal.audit import audit_record
 from kbportal.tenancy import tenant_context
-from projects.models import ApiToken, Membership, Profile, Project, Tenant
-from projects.selectors import API_TOKEN_PREFIX_CHARS, API_TOKEN_SECRET_CHARS, TokenIdentity, api_token_hash
+from projects.models import ApiToken, Membership, Profile, Project, ProjectMember, Tenant
+from projects.selectors import (
+    API_TOKEN_PREFIX_CHARS,
+    API_TOKEN_SECRET_CHARS,
+    TokenIdentity,
+    api_token_hash,
+    project_queryset_readable,
+)
 
 User = get_user_model()
 
@@ -41,8 +47,21 @@ def membership_create(*, tenant_id: int, user, role: str = Membership.Role.MEMBE
     return membership
 
 
-def project_create(*, tenant_id: int, name: str, slug: str | None = None, description: str = "") -> Project:
-    """Create a project (a named bundle of data sources) in the tenant; the slug is made unique."""
+def project_create(
+    *,
+    tenant_id: int,
+    name: str,
+    slug: str | None = None,
+    description: str = "",
+    visibility: str = Project.Visibility.TENANT,
+) -> Project:
+    """Create a project (a named bundle of data sources) in the tenant; the slug is made unique.
+
+    ``visibility``: ``tenant`` (every member may query it) or ``members`` (owners, admins and its
+    :class:`ProjectMember` rows only). Raises ``ValueError`` naming an unknown visibility.
+    """
+    if visibility not in Project.Visibility.values:
+        raise ValueError(f"visibility must be one of {', '.join(Project.Visibility.values)}, got {visibility!r}")
     with tenant_context(tenant_id):
         base = (slug or slugify(name))[:70] or "project"
         candidate, n = base, 1
@@ -50,7 +69,54 @@ def project_create(*, tenant_id: int, name: str, slug: str | None = None, descri
         while Project.objects.filter(slug=candidate).exists():
             n += 1
             candidate = f"{base}-{n}"
-        return Project.objects.create(tenant_id=tenant_id, name=name, slug=candidate, description=description)
+        return Project.objects.create(
+            tenant_id=tenant_id, name=name, slug=candidate, description=description, visibility=visibility
+        )
+
+
+class ProjectMemberError(ValueError):
+    """A project membership cannot be written with these arguments (the message says which one)."""
+
+
+def project_member_add(*, project: Project, user, role: str = ProjectMember.Role.VIEWER) -> ProjectMember:
+    """Make ``user`` a member of ``project`` with ``role`` (``viewer`` or ``editor``); idempotent,
+    an existing row gets the new role. Runs in the project's tenant context.
+
+    Raises :class:`ProjectMemberError` when the role is unknown, the project is not in its
+    tenant (a forged id) or the user is not a member of the tenant.
+    """
+    if role not in ProjectMember.Role.values:
+        raise ProjectMemberError(f"role must be one of {', '.join(ProjectMember.Role.values)}, got {role!r}")
+    with tenant_context(project.tenant_id):
+        if not Project.objects.filter(pk=project.pk).exists():
+            raise ProjectMemberError(f"project {project.slug!r} is not in this organization")
+        if not Membership.objects.filter(user=user).exists():
+            raise ProjectMemberError(f"user {user.get_username()!r} is not a member of the project's organization")
+        member, created = ProjectMember.objects.get_or_create(
+            tenant_id=project.tenant_id, project=project, user=user, defaults={"role": role}
+        )
+        if not created and member.role != role:
+            member.role = role
+            member.save(update_fields=["role"])
+    return member
+
+
+def project_member_remove(*, project: Project, user) -> bool:
+    """Remove ``user`` from ``project``; True when a row was deleted. Their default project, if it
+    was this one and it is restricted, falls back at read time (``project_default_for_user``)."""
+    with tenant_context(project.tenant_id):
+        deleted, _ = ProjectMember.objects.filter(project=project, user=user).delete()
+    return bool(deleted)
+
+
+def project_set_visibility(*, project: Project, visibility: str) -> Project:
+    """Set ``project.visibility`` (``tenant`` or ``members``). Raises ``ValueError`` naming a bad value."""
+    if visibility not in Project.Visibility.values:
+        raise ValueError(f"visibility must be one of {', '.join(Project.Visibility.values)}, got {visibility!r}")
+    with tenant_context(project.tenant_id):
+        Project.objects.filter(pk=project.pk).update(visibility=visibility)
+        project.refresh_from_db(fields=["visibility"])
+    return project
 
 
 class ProjectNotFound(LookupError):
@@ -58,11 +124,12 @@ class ProjectNotFound(LookupError):
 
 
 def profile_set_default_project(*, user, tenant_id: int, project_id: int) -> Profile:
-    """Set the project that scopes the user's queries. Raises ``ProjectNotFound``."""
+    """Set the project that scopes the user's queries. Raises ``ProjectNotFound`` unless the user
+    may read it (``projects.selectors.project_queryset_readable``)."""
     with tenant_context(tenant_id, user_id=user.pk):
         if not Membership.objects.filter(user=user).exists():
             raise ProjectNotFound("you are not a member of this organization")
-        if not Project.objects.filter(pk=project_id).exists():
+        if not project_queryset_readable(user_id=user.pk).filter(pk=project_id).exists():
             raise ProjectNotFound(f"no project {project_id} in this organization")
         profile, _ = Profile.objects.get_or_create(user=user)
         profile.tenant_id = tenant_id
@@ -147,6 +214,12 @@ def api_token_create(
             raise ApiTokenError(f"user {user.get_username()!r} is not a member of tenant {tenant.slug!r}")
         if project is not None and not Project.objects.filter(pk=project.pk).exists():
             raise ApiTokenError(f"project {project.slug!r} is not in tenant {tenant.slug!r}")
+        if (
+            project is not None
+            and user is not None
+            and not project_queryset_readable(user_id=user.pk).filter(pk=project.pk).exists()
+        ):
+            raise ApiTokenError(f"user {user.get_username()!r} may not read project {project.slug!r}")
         prefix = "".join(secrets.choice(_PREFIX_ALPHABET) for _ in range(API_TOKEN_PREFIX_CHARS))
         secret = "".join(secrets.choice(_SECRET_ALPHABET) for _ in range(API_TOKEN_SECRET_CHARS))
         raw = f"kb_{prefix}_{secret}"

@@ -5,8 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kbportal.tenancy import tenant_context
-from projects.models import Profile, Project, Tenant
-from projects.selectors import ScopeNotFound, TokenIdentity, api_token_project, user_tenant_id
+from projects.models import Project, Tenant
+from projects.selectors import (
+    ScopeNotFound,
+    TokenIdentity,
+    api_token_project,
+    project_get_for_user,
+    project_source_ids,
+    source_ids_readable,
+    user_tenant_id,
+)
 from sources.models import DataSource, Document, ProjectSource
 
 
@@ -62,30 +70,22 @@ class QueryScope:
 def scope_for_user(user, project_slug: str | None = None) -> QueryScope:
     """The :class:`QueryScope` for ``user`` in ``project_slug`` (default: their default project).
 
-    Raises ``ScopeNotFound`` when the user has no tenant, no default project, or the project is
-    not in their tenant.
+    The project and its data sources come from ``projects.selectors.project_get_for_user`` (the
+    one check of project visibility and membership; an unreadable default falls back to another
+    readable project). Raises ``ScopeNotFound`` when the user has no tenant, no readable default
+    project, or ``project_slug`` is not a project of their tenant they may read.
     """
     tenant_id = user_tenant_id(user)
     if tenant_id is None:
         raise ScopeNotFound("you do not belong to any organization yet")
-    with tenant_context(tenant_id, user_id=user.pk):
-        if project_slug:
-            project = Project.objects.filter(slug=project_slug).first()
-        else:
-            profile = Profile.objects.filter(user=user).first()
-            project = Project.objects.filter(pk=profile.default_project_id).first() if profile else None
-        if project is None:
-            raise ScopeNotFound(
-                f"no project {project_slug!r} in your organization" if project_slug else "no default project chosen"
-            )
-        source_ids = tuple(ProjectSource.objects.filter(project=project).values_list("source_id", flat=True))
+    project = project_get_for_user(user, project_slug, tenant_id=tenant_id)
     return QueryScope(
         tenant_id=tenant_id,
         user_id=user.pk,
         project_id=project.pk,
         project_slug=project.slug,
         project_name=project.name,
-        allowed_source_ids=source_ids,
+        allowed_source_ids=project_source_ids(project),
         principals=user_principals(user),
     )
 
@@ -99,15 +99,13 @@ def scope_for_token(identity: TokenIdentity, project_slug: str | None = None) ->
     never reads restricted rows). Raises ``ScopeNotFound`` (-> 404).
     """
     project = api_token_project(identity, project_slug)
-    with tenant_context(identity.tenant_id, user_id=identity.user_id):
-        source_ids = tuple(ProjectSource.objects.filter(project=project).values_list("source_id", flat=True))
     return QueryScope(
         tenant_id=identity.tenant_id,
         user_id=identity.user_id,
         project_id=project.pk,
         project_slug=project.slug,
         project_name=project.name,
-        allowed_source_ids=source_ids,
+        allowed_source_ids=project_source_ids(project),
         principals=user_principals(identity.user) if identity.user is not None else (),
     )
 
@@ -166,8 +164,9 @@ class DocumentNotFound(LookupError):
 def document_get_for_user(user, *, source_public_id: str, external_id: str) -> tuple[Document, DataSource]:
     """The document and its source, if ``user`` may read it; else ``DocumentNotFound``.
 
-    Readable means: in the user's tenant (row-level security), in a source attached to one of
-    the tenant's projects, and its principals empty or naming the user.
+    Readable means: in the user's tenant (row-level security), in a source attached to a project
+    the user may read (``projects.selectors.source_ids_readable``), and its principals empty or
+    naming the user.
     """
     tenant_id = user_tenant_id(user)
     if tenant_id is None or "\x00" in external_id:  # PostgreSQL text cannot hold NUL: no such row
@@ -175,7 +174,7 @@ def document_get_for_user(user, *, source_public_id: str, external_id: str) -> t
     principals = set(user_principals(user))
     with tenant_context(tenant_id, user_id=user.pk):
         source = DataSource.objects.filter(public_id=source_public_id).first()
-        if source is None or not ProjectSource.objects.filter(source=source).exists():
+        if source is None or source.pk not in source_ids_readable(user_id=user.pk):
             raise DocumentNotFound("no such document")
         document = Document.objects.filter(source=source, external_id=external_id).first()
         if document is None or (document.principals and not principals.intersection(document.principals)):

@@ -1,6 +1,7 @@
 """Reads for the API, each scoped to the caller (:class:`~search.api.authentication.ApiCaller`).
 
-What a caller sees: the projects of their tenant (a pinned or service token: its one project),
+What a caller sees: the projects of their tenant they may read (``projects.selectors``: open
+projects and restricted ones they are a member of; a pinned or service token: its one project),
 the data sources attached to those projects, the runs of those sources, and answers they asked
 themselves. Anything else (another tenant's project, source or answer, a source outside the
 caller's projects) is "not found" (-> 404), never "forbidden". Every read runs inside the
@@ -13,8 +14,15 @@ import uuid
 from dataclasses import dataclass
 
 from kbportal.tenancy import tenant_context
-from projects.models import Profile, Project
-from projects.selectors import ScopeNotFound, user_is_tenant_admin
+from projects.models import Project
+from projects.selectors import (
+    ScopeNotFound,
+    project_can_edit,
+    project_default_for_user,
+    project_queryset_for_token,
+    project_queryset_readable,
+    user_is_tenant_admin,
+)
 from search.analytics import Analytics, analytics_get
 from search.api.authentication import ApiCaller
 from search.models import AnswerRecord
@@ -47,15 +55,16 @@ class CallerProject:
 def _default_project_id(caller: ApiCaller) -> int | None:
     if caller.identity is not None:
         return caller.identity.project_id
-    profile = Profile.objects.filter(user_id=caller.user_id).first()
-    return profile.default_project_id if profile else None
+    project = project_default_for_user(user_id=caller.user_id)
+    return project.pk if project is not None else None
 
 
 def _projects(caller: ApiCaller) -> list[Project]:
-    """Inside the caller's tenant context: the projects they may use, by name."""
-    if caller.identity is not None and caller.identity.project_pinned:
-        return list(Project.objects.filter(pk=caller.identity.project_id))
-    return list(Project.objects.all())
+    """Inside the caller's tenant context: the projects they may use, by name (project
+    visibility and membership from ``projects.selectors``; a pinned token: its one project)."""
+    if caller.identity is not None:
+        return list(project_queryset_for_token(caller.identity).order_by("name", "pk"))
+    return list(project_queryset_readable(user_id=caller.user_id).order_by("name", "pk"))
 
 
 def project_list_for_caller(caller: ApiCaller) -> list[CallerProject]:
@@ -165,6 +174,16 @@ def caller_is_tenant_admin(caller: ApiCaller) -> bool:
     if caller.user_id is None or caller.tenant_id is None:
         return False
     return user_is_tenant_admin(caller.user, caller.tenant_id)
+
+
+def caller_may_sync_source(caller: ApiCaller, source: DataSource) -> bool:
+    """True when the caller (a person) may queue a sync of ``source``: an owner or admin of the
+    tenant, or an ``editor`` of a project the source is attached to (``projects.selectors.project_can_edit``)."""
+    if caller.user_id is None or caller.tenant_id is None:
+        return False
+    with tenant_context(caller.tenant_id, user_id=caller.user_id):
+        project_ids = list(ProjectSource.objects.filter(source=source).values_list("project_id", flat=True))
+        return project_can_edit(user_id=caller.user_id, project_ids=project_ids)
 
 
 def answer_asked_by_caller(caller: ApiCaller, *, answer_id: uuid.UUID) -> bool:

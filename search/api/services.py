@@ -5,24 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from django.http import HttpRequest, HttpResponseBase
 from rest_framework.authentication import get_authorization_header
 
 from kbportal.audit import audit_record
-from kbportal.tenancy import tenant_context
 from projects.selectors import ApiTokenRejected, TokenIdentity, api_token_parse, user_tenant_id
 from search.api.authentication import ApiCaller
-from search.api.selectors import caller_is_tenant_admin, source_get_for_caller
+from search.api.selectors import caller_may_sync_source, source_get_for_caller
 from sources.models import IngestionRun
-from sources.services import ingestion_run_create
-from sources.tasks import ingest_source
+from sources.scheduling import source_sync_queue
 
 API_PATH = "/api/v1/"
 
 
 class SyncForbidden(PermissionError):
-    """The caller may see the data source but is not an owner or admin of its tenant (-> 403)."""
+    """The caller may see the data source but is neither an owner or admin of its tenant nor an
+    editor of a project it is attached to (-> 403)."""
 
 
 def source_sync_request(*, actor: ApiCaller, source_slug: str) -> IngestionRun:
@@ -32,24 +30,22 @@ def source_sync_request(*, actor: ApiCaller, source_slug: str) -> IngestionRun:
     transaction and, once it commits, sends ``sources.tasks.ingest_source(tenant_id, source_id,
     run_id)`` to the ``ingest`` queue (the admin's "sync now"). Raises ``SourceNotFound``
     (-> 404) for a source outside the actor's projects, then ``SyncForbidden`` (-> 403) unless
-    the actor is a person who is an owner or admin of the tenant (a service token never is).
+    the actor is a person who is an owner or admin of the tenant or an ``editor`` of one of the
+    source's projects (a service token never is).
     """
     source = source_get_for_caller(actor, slug=source_slug)
-    if not caller_is_tenant_admin(actor):
-        raise SyncForbidden("only an owner or admin of the organization can sync a data source")
-    with tenant_context(source.tenant_id, user_id=actor.user_id):
-        run = ingestion_run_create(tenant_id=source.tenant_id, source_id=source.pk)
-        audit_record(
-            action="source.sync",
-            tenant_id=source.tenant_id,
-            actor=actor.user,
-            token_prefix=actor.identity.prefix if actor.identity is not None else None,
-            object_type="sources.datasource",
-            object_id=source.pk,
-            data={"source": source.slug, "run_id": run.pk, "via": "api"},
-        )
-    transaction.on_commit(lambda: ingest_source.delay(source.tenant_id, source.pk, run.pk))
-    return run
+    if not caller_may_sync_source(actor, source):
+        raise SyncForbidden("only an owner or admin of the organization, or an editor of the project, can sync it")
+    # The one queueing path (the schedule, the admin, webhooks): the worker's per-source lock
+    # refuses (records as skipped) a run while another run of the source is in progress.
+    return source_sync_queue(
+        tenant_id=source.tenant_id,
+        source_id=source.pk,
+        via="api",
+        actor=actor.user,
+        token_prefix=actor.identity.prefix if actor.identity is not None else None,
+        user_id=actor.user_id,
+    )
 
 
 def _presented_prefix(request: HttpRequest) -> str | None:
