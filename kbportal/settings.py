@@ -11,13 +11,19 @@ Environment variables (all optional):
   ``KB_EMBEDDING_DIM`` (384; fixed when the database is created), ``KB_EMBEDDING_BASE_URL``,
   ``KB_EMBEDDING_API_KEY``, ``KB_EMBEDDING_BATCH`` (64).
 - ``DJANGO_SECRET_KEY``, ``DJANGO_DEBUG``, ``DJANGO_ALLOWED_HOSTS``.
+- Security (README "Security settings"): ``KB_SECRETS_KEY``, ``KB_ALLOW_PRIVATE_URLS``,
+  ``KB_CACHE_URL``/``REDIS_URL``, ``KB_ASK_RATE``, ``KB_LOGIN_FAILURE_LIMIT``,
+  ``KB_LOGIN_LOCKOUT_MINUTES``, ``DJANGO_SECURE`` (https settings; on when ``KB_PUBLIC_URL`` is https).
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
+
+from csp.constants import NONE, SELF, UNSAFE_INLINE
 
 from kbportal.db import database_settings
 
@@ -77,6 +83,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
+    "csp",
     "django_celery_beat",
     "kbportal",
     "projects",
@@ -88,6 +96,7 @@ MIDDLEWARE = [
     # First: every response, errors included, carries X-Request-ID, and the audit log sees it.
     "kbportal.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -95,6 +104,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",
+    # Last of the auth middleware: turns a locked-out login attempt into the lockout page.
+    "axes.middleware.AxesMiddleware",
     # One api.call audit event per /api/v1/ request, after DRF has authenticated it.
     "search.api.middleware.ApiCallAuditMiddleware",
 ]
@@ -127,6 +138,8 @@ DATABASES = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [
+    # First: refuses a locked-out (address, username) before any password is checked.
+    "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
     "allauth.account.auth_backends.AuthenticationBackend",
 ]
@@ -153,6 +166,60 @@ SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+# Served over https (KB_PUBLIC_URL is https://..., or DJANGO_SECURE=1): secure cookies, redirect
+# http to https, HSTS (KB_HSTS_SECONDS, default one year). Behind a TLS-terminating proxy, set
+# DJANGO_SECURE_PROXY_SSL_HEADER=1 so X-Forwarded-Proto: https counts as https.
+SECURE_DEPLOYMENT = _env_bool("DJANGO_SECURE", os.environ.get("KB_PUBLIC_URL", "").lower().startswith("https://"))
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SECURE_SSL_REDIRECT = SECURE_DEPLOYMENT
+SECURE_HSTS_SECONDS = int(os.environ.get("KB_HSTS_SECONDS", "31536000")) if SECURE_DEPLOYMENT else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_DEPLOYMENT
+SECURE_HSTS_PRELOAD = False
+if _env_bool("DJANGO_SECURE_PROXY_SSL_HEADER", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+if os.environ.get("KB_PUBLIC_URL"):
+    CSRF_TRUSTED_ORIGINS = [os.environ["KB_PUBLIC_URL"].rstrip("/")]
+
+# Content-Security-Policy (django-csp): scripts only from our own static files (no inline
+# script anywhere: the ask page's code is search/static/search/ask.js); styles from our files
+# plus inline ones (base.html and Django's admin carry <style> blocks); no framing, no plugins.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF, UNSAFE_INLINE],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
+
+# Cache: shared by every process when KB_CACHE_URL / REDIS_URL is set (e.g.
+# redis://127.0.0.1:6379/1), so rate-limit counts (ask page, API throttles) hold across workers;
+# otherwise per-process memory (fine for one process, e.g. make demo).
+_CACHE_URL = os.environ.get("KB_CACHE_URL") or os.environ.get("REDIS_URL") or ""
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _CACHE_URL}
+    if _CACHE_URL
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "kbportal"}
+}
+
+# Asking on the web (the page and /ask/stream): per user, django-ratelimit's "<n>/<s|m|h|d>".
+KB_ASK_RATE = os.environ.get("KB_ASK_RATE", "30/m")
+
+# Login lockout (django-axes, kbportal.lockout): failures per (address, username) in the database.
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_FAILURE_LIMIT = int(os.environ.get("KB_LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("KB_LOGIN_LOCKOUT_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = [["ip_address", "username"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_USERNAME_CALLABLE = "kbportal.lockout.login_username"
+AXES_LOCKOUT_CALLABLE = "kbportal.lockout.lockout_response"
+AXES_VERBOSE = False
 
 # DRF (the /api/v1/ API): a bearer API token, else the browser session (CSRF enforced); JSON
 # only; every error as JSON (search.api.errors); throttles per token or user, per

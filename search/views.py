@@ -10,9 +10,10 @@ import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.serializers.json import DjangoJSONEncoder
@@ -22,6 +23,7 @@ from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
+from django_ratelimit.core import get_usage
 
 from kbportal.audit import (
     ACTIONS,
@@ -73,13 +75,68 @@ def _link_citations(text: str) -> str:
     return mark_safe(html.replace("\n", "<br>"))
 
 
+def _same_origin_request(request: HttpRequest) -> bool:
+    """Whether a GET that would ask (spend LLM calls, store an answer) came from the portal itself.
+
+    Browsers send ``Sec-Fetch-Site``: ``same-origin`` (our form, our EventSource) or ``none``
+    (typed, bookmarked) pass; ``cross-site``/``same-site`` (a link or image on another site) do
+    not. Without that header (older browsers, scripts), an ``Origin`` or ``Referer`` naming
+    another host fails; a request with none of the three passes (a non-browser client cannot be
+    made to send a victim's cookies).
+    """
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None:
+        return site.strip().lower() in {"same-origin", "none"}
+    for header in ("Origin", "Referer"):
+        value = request.headers.get(header)
+        if value:
+            if value == "null":
+                return False
+            parts = urlsplit(value)
+            return parts.scheme in {"http", "https"} and parts.netloc == request.get_host()
+    return True
+
+
+def _ask_rate_limited(request: HttpRequest) -> int | None:
+    """Count one question for the user against ``settings.KB_ASK_RATE`` (django-ratelimit, in
+    Django's cache). Returns the seconds until the window resets when over the rate, else ``None``."""
+    usage = get_usage(request, group="web-ask", key="user", rate=settings.KB_ASK_RATE, increment=True)
+    if usage is not None and usage["should_limit"]:
+        return max(1, int(usage["time_left"]))
+    return None
+
+
+def _rate_limit_message(retry_after: int) -> str:
+    return (
+        f"You have asked too many questions (the limit is {settings.KB_ASK_RATE.replace('/', ' per ')}). "
+        f"Try again in {retry_after} second{'s' if retry_after != 1 else ''}."
+    )
+
+
 @login_required
 def ask_page(request: HttpRequest) -> HttpResponse:
+    """``GET /?q=...&project=...``: the cited answer in one page load (the form without JavaScript).
+
+    A question from another site's link is not asked: the page shows it in the box with a note,
+    and one press of Ask (a same-origin request) runs it. Over ``KB_ASK_RATE``: 429 with
+    ``Retry-After`` (seconds) and a page saying when to try again.
+    """
     scope, response = _scope_or_onboarding(request)
     if response is not None:
         return response
     question = request.GET.get("q", "")
     context = {"scope": scope, "question": question, "projects": project_list_for_user(request.user)}
+    if "q" in request.GET and not _same_origin_request(request):
+        context["error"] = "This question came from a link on another site, so it was not asked. Press Ask to ask it."
+        return render(request, "search/ask.html", context)
+    if "q" in request.GET and question.strip():
+        retry_after = _ask_rate_limited(request)
+        if retry_after is not None:
+            response = render(
+                request, "security/rate_limited.html", {"message": _rate_limit_message(retry_after)}, status=429
+            )
+            response["Retry-After"] = str(retry_after)
+            return response
     if "q" in request.GET:
         try:
             result = ask(question, scope)
@@ -106,11 +163,26 @@ def _server_sent_events(events: Iterator[AskEvent]) -> Iterator[str]:
 def ask_stream_view(request: HttpRequest) -> HttpResponse:
     """``GET /ask/stream?q=...&project=...``: the answer as server-sent events (see ``AskEvent``).
 
-    404 for a project the user may not use; 400 for a blank question.
+    404 for a project the user may not use; 400 for a blank question; 403 for a request from
+    another site (``Sec-Fetch-Site``/``Origin``/``Referer``); over ``KB_ASK_RATE``, 429 with
+    ``Retry-After`` and one ``failed`` event naming the wait.
     """
+    if not _same_origin_request(request):
+        return HttpResponse(
+            "questions are asked from the portal's own pages only (this request came from another site)",
+            status=403,
+            content_type="text/plain",
+        )
     scope, response = _scope_or_404(request)
     if response is not None:
         return response
+    if request.GET.get("q", "").strip():
+        retry_after = _ask_rate_limited(request)
+        if retry_after is not None:
+            event = json.dumps({"message": _rate_limit_message(retry_after), "retry_after": retry_after})
+            response = HttpResponse(f"event: failed\ndata: {event}\n\n", status=429, content_type="text/event-stream")
+            response["Retry-After"] = str(retry_after)
+            return response
     try:
         events = ask_stream(request.GET.get("q", ""), scope)
     except EmptyQuery as exc:

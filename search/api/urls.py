@@ -1,7 +1,7 @@
 """``/api/v1/``: the endpoints, the OpenAPI schema and its docs page (served offline via the sidecar)."""
 
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from search.api import views
 
@@ -17,5 +17,5 @@ urlpatterns = [
     path("answers/<uuid:answer_id>/feedback", views.AnswerFeedbackView.as_view(), name="answer_feedback"),
     path("analytics", views.AnalyticsView.as_view(), name="analytics"),
     path("schema", SpectacularAPIView.as_view(), name="schema"),
-    path("docs", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    path("docs", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
 ]

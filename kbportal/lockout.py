@@ -1,0 +1,44 @@
+"""Login lockout (django-axes): who a failed login counts against, and the page a locked-out
+client gets.
+
+Failures count per (client address, username) in the database (``axes.AxesAttempt``, shared by
+every process); after ``AXES_FAILURE_LIMIT`` failures that pair is locked out for
+``AXES_COOLOFF_TIME``, whichever login form was used (allauth's ``/accounts/login/`` or the
+admin's). A success resets the count.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+
+def login_username(request: HttpRequest, credentials: dict | None) -> str:
+    """The name a login attempt is counted under: what the user typed (username or email),
+    lower-cased, from ``authenticate()``'s credentials or else the posted form."""
+    credentials = credentials or {}
+    for key in ("username", "email", "login"):
+        value = credentials.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip().lower()
+    if request is None:
+        return ""
+    return (request.POST.get("login") or request.POST.get("username") or "").strip().lower()
+
+
+def lockout_response(request: HttpRequest, original_response=None, credentials: dict | None = None) -> HttpResponse:
+    """429 with ``Retry-After`` (seconds of the lockout period) and a page saying what happened."""
+    cooloff: timedelta = settings.AXES_COOLOFF_TIME
+    seconds = int(cooloff.total_seconds())
+    minutes = max(1, round(seconds / 60))
+    response = render(
+        request,
+        "security/lockout.html",
+        {"failure_limit": settings.AXES_FAILURE_LIMIT, "minutes": minutes},
+        status=429,
+    )
+    response["Retry-After"] = str(seconds)
+    return response
