@@ -271,13 +271,23 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     }
 CELERY_TASK_ALWAYS_EAGER = _env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_DEFAULT_QUEUE = "default"
-CELERY_TASK_ROUTES = {"sources.*": {"queue": "ingest"}}
+# The dispatcher only queues: it stays off the ingest queue, where it would wait behind long runs.
+CELERY_TASK_ROUTES = {"sources.dispatch_due": {"queue": "default"}, "sources.*": {"queue": "ingest"}}
 CELERY_TASK_TIME_LIMIT = 4 * 3600
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Beat reads its schedule from the database (django-celery-beat; editable in the admin under
 # "Periodic tasks"): one entry, "sources.dispatch_due" every minute, queues the data sources
 # whose sync interval has passed (sources.scheduling). Run: celery -A kbportal beat.
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Beat stores this entry in its table at start (a paused entry stays paused); a message older
+# than 55 s is dropped, so a busy worker never piles up dispatcher passes.
+CELERY_BEAT_SCHEDULE = {
+    "sources: queue due data sources": {
+        "task": "sources.dispatch_due",
+        "schedule": 60.0,
+        "options": {"queue": "default", "expires": 55},
+    }
+}
 # A failing source's next scheduled run waits interval * 2**(failures - 1), at most this long
 # (or its own interval when that is longer).
 KB_SYNC_BACKOFF_MAX_MINUTES = int(os.environ.get("KB_SYNC_BACKOFF_MAX_MINUTES", str(24 * 60)))

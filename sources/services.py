@@ -27,6 +27,7 @@ from sources.connectors.registry import build_connector, secret_fields
 from sources.connectors.slack_rows import ts_key, valid_ts
 from sources.embeddings import get_embedder
 from sources.models import DataSource, Document, IngestionRun, ProjectSource, SlackEventSeen
+from sources.scheduling import run_claim, run_refuse, source_health_record, source_run_lock
 from sources.text import identifier_terms
 
 if TYPE_CHECKING:
@@ -457,6 +458,27 @@ def source_ingest(
     run_id: int | None = None,
     progress: ProgressCallback | None = None,
 ) -> IngestionRun:
+    """Run the source's connector under the source's run lock (``sources.scheduling``).
+
+    Only one run of a source runs at a time, across processes: when another holds the lock,
+    the run (``run_id``, or a new one) is recorded as ``skipped`` with the reason and returned
+    at once. Otherwise as :func:`_source_ingest`; a ``run_id`` that already finished (a
+    redelivered task message) is returned untouched. The source's health (last success,
+    consecutive failures, backoff) is updated from the outcome.
+    """
+    with source_run_lock(source_id) as held:
+        if not held:
+            return run_refuse(tenant_id=tenant_id, source_id=source_id, run_id=run_id)
+        return _source_ingest(tenant_id=tenant_id, source_id=source_id, run_id=run_id, progress=progress)
+
+
+def _source_ingest(
+    *,
+    tenant_id: int,
+    source_id: int,
+    run_id: int | None = None,
+    progress: ProgressCallback | None = None,
+) -> IngestionRun:
     """Run the source's connector and bring its rows in the unified table up to date.
 
     Returns the finished :class:`IngestionRun` (status ``succeeded``, ``partial`` when items were
@@ -467,10 +489,9 @@ def source_ingest(
     """
     with tenant_context(tenant_id):
         source = DataSource.objects.get(pk=source_id)
-        if run_id is not None:
-            run = IngestionRun.objects.get(pk=run_id, source=source)
-        else:
-            run = IngestionRun.objects.create(tenant_id=tenant_id, source=source)
+        run = run_claim(tenant_id=tenant_id, source=source, run_id=run_id)
+        if run is None:  # a redelivered message of a run that already finished
+            return IngestionRun.objects.get(pk=run_id)
         generation = source.generation + 1
         run.status = IngestionRun.Status.RUNNING
         run.generation = generation
@@ -523,6 +544,7 @@ def source_ingest(
                 "seen", "created", "updated", "unchanged", "embedded",
             ]
         )  # fmt: skip
+        source_health_record(source_id=source_id, run=run)
     return run
 
 

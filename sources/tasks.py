@@ -6,6 +6,7 @@ from celery import shared_task
 
 from sources.connectors.slack.client import SlackError, SlackRateLimited
 from sources.models import DataSource, IngestionRun
+from sources.scheduling import sources_dispatch_due
 from sources.services import slack_thread_refresh, source_ingest
 
 
@@ -13,8 +14,10 @@ from sources.services import slack_thread_refresh, source_ingest
 def ingest_source(tenant_id: int, source_id: int, run_id: int | None = None) -> dict:
     """Run one ingestion of the source; returns ``{"run_id", "status", "seen", "embedded"}``.
 
-    Idempotent (upsert by external id + content hash), so a redelivered message is harmless;
-    a source deleted before the task runs gives ``status == "gone"``.
+    Idempotent (upsert by external id + content hash), so a redelivered message is harmless
+    (a run that already finished is returned as it is); a source deleted before the task runs
+    gives ``status == "gone"``; a run refused because another run of the source holds its
+    lock gives ``status == "skipped"``.
     """
     try:
         run = source_ingest(tenant_id=tenant_id, source_id=source_id, run_id=run_id)
@@ -22,6 +25,16 @@ def ingest_source(tenant_id: int, source_id: int, run_id: int | None = None) -> 
         # Deleted (or never in this tenant) between enqueue and run: nothing to do.
         return {"run_id": run_id, "status": "gone", "seen": 0, "embedded": 0}
     return {"run_id": run.pk, "status": run.status, "seen": run.seen, "embedded": run.embedded}
+
+
+@shared_task(name="sources.dispatch_due", queue="default", time_limit=300, ignore_result=True)
+def dispatch_due() -> dict:
+    """Celery beat's entry (every minute): queue a run of each enabled source that is due, in
+    every tenant (``sources.scheduling.sources_dispatch_due``). Returns ``{"queued": [run ids],
+    "busy": [source ids], "backed_off": [source ids], "abandoned": [run ids], "errors":
+    [{"source", "error"}]}``. Passes never overlap (an advisory lock).
+    """
+    return sources_dispatch_due().as_dict()
 
 
 @shared_task(
