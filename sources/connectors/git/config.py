@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from sources.connectors.base import ConnectorConfig
 
@@ -21,7 +21,9 @@ class GitConfig(ConnectorConfig):
     is cloned under ``settings.KB_WORKDIR / "git"`` and fetched on later runs. ``branch`` or
     ``ref`` picks the revision to index (default: ``HEAD``); ``url_base`` is the web prefix of
     links (``{url_base}/{path}#L1-L9``, ``{url_base}/commit/{sha}``); ``max_commits`` caps the
-    commit rows (newest first); ``max_file_bytes`` skips larger files.
+    commit rows (newest first); ``max_file_bytes`` skips larger files. ``webhook_secret``: the
+    secret of the repository host's push webhook (``POST /hooks/git/<source public id>``,
+    signed ``X-Hub-Signature-256``); unset, the webhook refuses every call.
     """
 
     path: str = Field(min_length=1)
@@ -31,6 +33,7 @@ class GitConfig(ConnectorConfig):
     max_commits: int = Field(default=2000, ge=0)
     max_file_bytes: int = Field(default=1_000_000, gt=0)
     name: str | None = None
+    webhook_secret: SecretStr | None = None
 
     @field_validator("branch", "ref")
     @classmethod
