@@ -6,6 +6,7 @@ urlpatterns = [
     path("api/v1/", include("search.api.urls")),
     path("accounts/", include("allauth.urls")),
     path("", include("projects.urls")),
+    path("", include("sources.urls")),
     path("", include("search.urls")),
 ]
 
