@@ -10,6 +10,7 @@ itself is here, read-only (:class:`AuditEventAdmin`).
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION
 from django.contrib.auth import get_user_model
@@ -17,7 +18,8 @@ from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
 
 from kbportal.audit import audit_record
-from kbportal.models import AuditEvent
+from kbportal.models import AuditEvent, TenantIdentityProvider
+from kbportal.sso import SsoConfigError, sso_domains_parse
 from kbportal.tenancy import TenantOwned
 
 OWNER_DB = "owner"
@@ -152,3 +154,42 @@ for _model, _base in ((get_user_model(), UserAdmin), (Group, GroupAdmin)):
     if admin.site.is_registered(_model) and type(admin.site.get_model_admin(_model)) is _base:
         admin.site.unregister(_model)
         admin.site.register(_model, type(f"Audited{_base.__name__}", (AuditedAdminMixin, _base), {}))
+
+
+class TenantIdentityProviderForm(forms.ModelForm):
+    """Domains normalised by :func:`kbportal.sso.sso_domains_parse`; a domain another tenant's
+    provider admits is refused (read through the owner's connection, across tenants)."""
+
+    class Meta:
+        model = TenantIdentityProvider
+        fields = ["tenant", "social_app", "domains", "default_role", "is_active"]
+
+    def clean_domains(self) -> list[str]:
+        try:
+            domains = sso_domains_parse(self.cleaned_data.get("domains") or [])
+        except SsoConfigError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        tenant = self.cleaned_data.get("tenant")
+        taken = TenantIdentityProvider.all_tenants.using(OWNER_DB).filter(domains__overlap=domains)
+        if tenant is not None:
+            taken = taken.exclude(tenant_id=tenant.pk)
+        clash = sorted({d for row in taken for d in row.domains if d in domains})
+        if clash:
+            raise forms.ValidationError(f"already admitted by another organization's provider: {', '.join(clash)}")
+        return domains
+
+
+@admin.register(TenantIdentityProvider)
+class TenantIdentityProviderAdmin(OwnerDatabaseAdmin):
+    """Single sign-on: which OpenID Connect app (Social applications, provider "OpenID Connect",
+    settings ``{"server_url": "https://idp.example.com"}``) signs in to which tenant, for which
+    email domains, with which role on first login (see kbportal.sso)."""
+
+    form = TenantIdentityProviderForm
+    list_display = ["social_app", "tenant", "domain_list", "default_role", "is_active", "created_at"]
+    list_filter = ["is_active", "default_role"]
+    search_fields = ["social_app__name", "social_app__provider_id", "tenant__slug"]
+
+    @admin.display(description="domains")
+    def domain_list(self, obj: TenantIdentityProvider) -> str:
+        return ", ".join(obj.domains)

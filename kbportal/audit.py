@@ -16,7 +16,8 @@ Request details come from :func:`kbportal.middleware.current_request`: the reque
 client address (``REMOTE_ADDR``; a proxy's ``X-Forwarded-For`` is not trusted), the logged-in
 user and, for an API call, the token's public prefix. Explicit arguments win over them.
 
-Actions: ``ask``, ``search``, ``api.call``, ``login``, ``login.failed``, ``logout``,
+Actions: ``ask``, ``search``, ``api.call``, ``login``, ``login.failed``, ``login.refused`` and
+``sso.join`` (single sign-on, :mod:`kbportal.sso`), ``logout``,
 ``admin.change``, ``source.create``, ``source.update``, ``source.sync``, ``token.create``,
 ``token.revoke``, ``feedback``.
 """
@@ -49,6 +50,8 @@ ACTIONS = (
     "api.call",
     "login",
     "login.failed",
+    "login.refused",
+    "sso.join",
     "logout",
     "admin.change",
     "source.create",

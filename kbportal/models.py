@@ -1,4 +1,5 @@
-"""The base floor's one model: the append-only audit log (written by :mod:`kbportal.audit`).
+"""The base floor's models: the append-only audit log (written by :mod:`kbportal.audit`) and each
+tenant's single sign-on identity providers (used by :mod:`kbportal.sso`).
 
 ``kbportal`` is an installed app, so the audit table lives here, beside the code that writes it,
 and every floor above can record events without the base importing any of them.
@@ -7,11 +8,12 @@ and every floor above can record events without the base importing any of them.
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils import timezone
 
-from kbportal.tenancy import TenantScopedManager
+from kbportal.tenancy import TenantOwned, TenantScopedManager
 
 
 class AuditEvent(models.Model):
@@ -67,3 +69,45 @@ class AuditEvent(models.Model):
     def __str__(self) -> str:
         who = self.actor_username or (f"kb_{self.actor_token_prefix}_…" if self.actor_token_prefix else "-")
         return f"{self.action} by {who} at {self.created_at:%Y-%m-%d %H:%M:%S}"
+
+
+class TenantIdentityProvider(TenantOwned):
+    """A tenant's single sign-on identity provider: one django-allauth ``SocialApp`` (provider
+    ``openid_connect``, its ``provider_id``, client id and secret, ``settings.server_url``) bound to
+    the tenant, with the email domains it may admit (see :mod:`kbportal.sso`).
+
+    A first login through ``social_app`` with a verified email in ``domains`` creates the user
+    and a membership with ``default_role``; any other email, an unverified one, or a login
+    through an app bound to no tenant (or an inactive one) is refused. ``domains`` are
+    lowercase DNS names without ``@``.
+
+    Row-level security as on every tenant-owned table, plus two narrow ways in used at login,
+    before the tenant is known (migration ``0002_sso``): the rows whose ``social_app_id`` is in
+    the transaction-local ``app.sso_app_ids`` setting, and the rows whose ``domains`` contain
+    ``app.sso_domain``. Writes still need the tenant's context.
+    """
+
+    class Role(models.TextChoices):
+        # Mirrors projects.Membership.Role (the base floor does not import projects).
+        MEMBER = "member", "Member"
+        ADMIN = "admin", "Admin"
+
+    social_app = models.OneToOneField(
+        "socialaccount.SocialApp", on_delete=models.CASCADE, related_name="kb_identity_provider"
+    )
+    domains = ArrayField(
+        models.CharField(max_length=253),
+        help_text="Email domains this provider admits, comma-separated (example.com, example.org).",
+    )
+    default_role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    is_active = models.BooleanField(default=True, help_text="Inactive: every login through it is refused.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "tenant identity provider"
+        constraints = [
+            models.CheckConstraint(condition=models.Q(domains__len__gt=0), name="tenantidp_has_domains"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.social_app} for tenant {self.tenant_id}"

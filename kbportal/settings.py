@@ -80,6 +80,8 @@ INSTALLED_APPS = [
     "django.contrib.postgres",
     "allauth",
     "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -153,6 +155,15 @@ ACCOUNT_LOGIN_METHODS = {"username", "email"}
 ACCOUNT_SIGNUP_FIELDS = ["email*", "username*", "password1*", "password2*"]
 ACCOUNT_EMAIL_VERIFICATION = "none"
 ACCOUNT_LOGOUT_ON_GET = False
+
+# Single sign-on (kbportal/sso.py): OpenID Connect providers are allauth SocialApps bound to a tenant
+# (kbportal.TenantIdentityProvider); the adapter admits verified emails of the tenant's domains
+# only, creates the user and membership on first login and links an existing user by email.
+SOCIALACCOUNT_ADAPTER = "kbportal.sso.TenantSocialAccountAdapter"
+SOCIALACCOUNT_PROVIDERS = {"openid_connect": {"OAUTH_PKCE_ENABLED": True}}
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = True
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = True
+SOCIALACCOUNT_STORE_TOKENS = False
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
