@@ -71,9 +71,8 @@ class ConfluenceConnector(Connector):
     @property
     def client(self) -> AtlassianClient:
         if self._client is None:
-            assert self.config.base_url
             self._client = AtlassianClient(
-                base_url=self.config.base_url,
+                base_url=self.config.base_url or "",  # a file source has none and never calls out
                 product="Confluence",
                 email=self.config.email,
                 token=self.config.token.get_secret_value() if self.config.token is not None else None,

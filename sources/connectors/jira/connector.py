@@ -104,9 +104,8 @@ class JiraConnector(Connector):
     @property
     def client(self) -> AtlassianClient:
         if self._client is None:
-            assert self.config.base_url
             self._client = AtlassianClient(
-                base_url=self.config.base_url,
+                base_url=self.config.base_url or "",  # a file source has none and never calls out
                 product="Jira",
                 email=self.config.email,
                 token=self.config.token.get_secret_value() if self.config.token is not None else None,
@@ -272,10 +271,11 @@ class JiraConnector(Connector):
         header = [h.strip() for h in header]
         if "Issue key" not in header or "Summary" not in header:
             raise ConnectorError(f"Jira CSV export {path}: the header has no 'Issue key' or 'Summary' column")
+        end = reader.line_num
         for values in reader:
+            line, end = end + 1, reader.line_num  # the record's first line (a cell may span lines)
             if not any(v.strip() for v in values):
                 continue
-            line = reader.line_num
             cells: dict[str, list[str]] = {}
             for name, value in zip(header, values, strict=False):
                 if value.strip():
@@ -295,9 +295,9 @@ class JiraConnector(Connector):
         title = f"{issue.key}: {issue.summary}"
         comments = sorted(issue.comments, key=lambda c: c.created or datetime.min.replace(tzinfo=UTC))
         lines = [
-            f"{c.author or 'Anonymous'} ({c.created:%Y-%m-%d %H:%M}): {_one_line(c.body)}"
+            f"{_shown_name(c.author)} ({c.created:%Y-%m-%d %H:%M}): {_one_line(c.body)}"
             if c.created
-            else f"{c.author or 'Anonymous'}: {_one_line(c.body)}"
+            else f"{_shown_name(c.author)}: {_one_line(c.body)}"
             for c in comments
             if c.body.strip()
         ]
@@ -447,6 +447,11 @@ def _name(value: Any, key: str = "name") -> str:
     if isinstance(value, dict):
         return str(value.get(key) or value.get("name") or value.get("value") or "").strip()
     return str(value).strip() if isinstance(value, str) else ""
+
+
+def _shown_name(author: str) -> str:
+    """The display name of ``Name <email>`` (the content shows names; metadata keeps the address)."""
+    return author.split(" <", 1)[0].strip() or "Anonymous"
 
 
 def _one_line(text: str) -> str:
