@@ -349,14 +349,15 @@ def _source_busy(source: DataSource, now: datetime, report: DispatchReport) -> b
     return IngestionRun.objects.filter(source=source, status__in=ACTIVE).exists()
 
 
-def sources_dispatch_due(*, now: datetime | None = None) -> DispatchReport:
+def sources_dispatch_due(*, now: datetime | None = None, tenant_ids: list[int] | None = None) -> DispatchReport:
     """Queue a run of every enabled source, in every tenant, whose next run time has come.
 
     Reads each tenant's sources inside that tenant's context (no row-level-security bypass).
     A source with a live queued or running run is skipped (``busy``), one still in backoff is
     ``backed_off``. Each source is handled in its own transaction and its own ``try``: an error
     with one source (or tenant) is logged and reported, and the others are still queued.
-    ``now`` (aware datetime) defaults to the current time. Passes are serialised by an
+    ``now`` (aware datetime) defaults to the current time; ``tenant_ids`` limits the pass to
+    those tenants (default: all). Passes are serialised by an
     advisory lock: a pass that finds another running does nothing (and says so in ``errors``).
     """
     now = now or timezone.now()
@@ -365,12 +366,15 @@ def sources_dispatch_due(*, now: datetime | None = None) -> DispatchReport:
         if not held:
             report.errors.append((None, "another dispatcher pass is running; this one did nothing"))
             return report
-        _dispatch(now, report)
+        _dispatch(now, report, tenant_ids)
     return report
 
 
-def _dispatch(now: datetime, report: DispatchReport) -> None:
-    for tenant_id in list(Tenant.objects.order_by("pk").values_list("pk", flat=True)):
+def _dispatch(now: datetime, report: DispatchReport, tenant_ids: list[int] | None) -> None:
+    tenants = Tenant.objects.order_by("pk")
+    if tenant_ids is not None:
+        tenants = tenants.filter(pk__in=tenant_ids)
+    for tenant_id in list(tenants.values_list("pk", flat=True)):
         try:
             with tenant_context(tenant_id):
                 candidates = list(DataSource.objects.filter(enabled=True).order_by("pk"))

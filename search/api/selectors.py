@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 
 from kbportal.tenancy import tenant_context
 from projects.models import Project
@@ -27,6 +28,7 @@ from search.analytics import Analytics, analytics_get
 from search.api.authentication import ApiCaller
 from search.models import AnswerRecord
 from sources.models import DataSource, IngestionRun, ProjectSource
+from sources.scheduling import source_next_run_at
 from sources.selectors import QueryScope, SourceNotFound, scope_for_token, scope_for_user, user_principals
 
 NO_ORGANIZATION = "you do not belong to any organization yet"
@@ -94,6 +96,11 @@ class SourceStatus:
     @property
     def status(self) -> str:
         return self.last_run.status if self.last_run is not None else "never"
+
+    @property
+    def next_run_at(self) -> datetime | None:
+        """When the scheduler queues it next (``None``: disabled); see ``sources.scheduling``."""
+        return source_next_run_at(self.source)
 
 
 def _visible_sources(caller: ApiCaller, project_slug: str | None) -> dict[int, list[str]]:

@@ -238,6 +238,16 @@ class SourceSerializer(serializers.Serializer):
     last_synced_at = serializers.DateTimeField(source="source.last_synced_at", allow_null=True)
     indexed_rows = serializers.IntegerField(source="source.indexed_rows")
     sync_interval_minutes = serializers.IntegerField(source="source.sync_interval_minutes")
+    enabled = serializers.BooleanField(source="source.enabled", help_text="Scheduled syncs run only when true.")
+    last_success_at = serializers.DateTimeField(source="source.last_success_at", allow_null=True)
+    consecutive_failures = serializers.IntegerField(
+        source="source.consecutive_failures", help_text="Failed runs in a row (0: healthy)."
+    )
+    backoff_until = serializers.DateTimeField(
+        source="source.backoff_until", allow_null=True, help_text="A failing source is not scheduled before this."
+    )
+    last_error = serializers.CharField(source="source.last_error", help_text="The last failed run's error (or empty).")
+    next_run_at = serializers.DateTimeField(allow_null=True, help_text="The next scheduled run (null: disabled).")
     last_run = RunSerializer(allow_null=True)
 
 
