@@ -52,3 +52,13 @@ def make_tenant(db):
         )
 
     return factory
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    """Rate-limit counts (the web ask limit, DRF throttles, allauth) live in Django's cache, which
+    outlives a test; each test starts with none, so one test's questions never throttle another's."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
