@@ -339,6 +339,14 @@ def test_guarded_session_checks_the_address_actually_connected_to():
         httpd.server_close()
 
 
+def test_http_connectors_get_the_guarded_session_unless_allowed():
+    public = {"owner": "a", "repo": "b", "token": "t", "base_url": "https://93.184.215.14/api"}
+    session = build_connector("github", public).client.session
+    assert isinstance(session.get_adapter("https://93.184.215.14/api"), netcheck.PublicOnlyAdapter)
+    allowed = build_connector("github", {**public, "allow_private_network": True}).client.session
+    assert not isinstance(allowed.get_adapter("https://93.184.215.14/api"), netcheck.PublicOnlyAdapter)
+
+
 # -- login lockout -----------------------------------------------------------------------------
 
 
