@@ -193,3 +193,17 @@ class TenantIdentityProviderAdmin(OwnerDatabaseAdmin):
     @admin.display(description="domains")
     def domain_list(self, obj: TenantIdentityProvider) -> str:
         return ", ".join(obj.domains)
+
+
+# allauth's SocialApp admin through the owner's connection too: deleting an app cascades to its
+# tenant binding, which row-level security would hide from the app role (and the delete fail).
+def _register_social_app_admin() -> None:
+    from allauth.socialaccount.admin import SocialAppAdmin
+    from allauth.socialaccount.models import SocialApp
+
+    if admin.site.is_registered(SocialApp) and type(admin.site.get_model_admin(SocialApp)) is SocialAppAdmin:
+        admin.site.unregister(SocialApp)
+        admin.site.register(SocialApp, type("OwnerSocialAppAdmin", (OwnerDatabaseAdmin, SocialAppAdmin), {}))
+
+
+_register_social_app_admin()

@@ -470,3 +470,37 @@ def test_sso_provider_command_adds_lists_and_removes(world, capsys):
     call_command("sso_provider", "list", "--tenant", "sso-acme")
     assert "acme-second" not in capsys.readouterr().out
     assert "Acme Second" not in requests.get(f"{world.portal}/accounts/login/", timeout=10).text
+
+
+def test_operator_admin_lists_and_adds_bindings_and_refuses_a_claimed_domain(world):
+    from allauth.socialaccount.models import SocialApp
+    from django.test import Client
+
+    from kbportal.models import TenantIdentityProvider
+    from kbportal.tenancy import tenant_context
+
+    operator = get_user_model().objects.create_superuser("sso-operator", "op@ops.test", "pw-" + "o" * 12)
+    client = Client()
+    client.force_login(operator)
+    listing = client.get("/admin/kbportal/tenantidentityprovider/")
+    assert listing.status_code == 200 and ACME_DOMAIN in listing.content.decode()
+    assert GLOBEX_DOMAIN in listing.content.decode()  # the operator sees every tenant's bindings
+    app = SocialApp.objects.create(provider="openid_connect", provider_id="acme-admin-added", name="Acme Admin",
+                                   client_id="c", secret="s", settings={"server_url": world.issuer})  # fmt: skip
+    form = {"tenant": world.acme.tenant.pk, "social_app": app.pk, "default_role": "member", "is_active": "on"}
+    clash = client.post(
+        "/admin/kbportal/tenantidentityprovider/add/", {**form, "domains": f"x.acme.test,{GLOBEX_DOMAIN}"}
+    )
+    assert clash.status_code == 200
+    assert f"already admitted by another organization&#x27;s provider: {GLOBEX_DOMAIN}" in clash.content.decode()
+    added = client.post("/admin/kbportal/tenantidentityprovider/add/", {**form, "domains": "Admin.Acme.test"})
+    assert added.status_code == 302, added.content.decode()[:2000]
+    with tenant_context(world.acme.tenant.pk):
+        row = TenantIdentityProvider.objects.get(social_app=app)
+    assert row.domains == ["admin.acme.test"] and row.default_role == "member"
+    assert "Sign in with Acme Admin" in requests.get(f"{world.portal}/accounts/login/", timeout=10).text
+    # Deleting the app in allauth's admin (through the owner's connection) removes its binding too.
+    deleted = client.post(f"/admin/socialaccount/socialapp/{app.pk}/delete/", {"post": "yes"})
+    assert deleted.status_code == 302, deleted.content.decode()[:2000]
+    assert not SocialApp.objects.filter(pk=app.pk).exists()
+    assert not TenantIdentityProvider.all_tenants.using("owner").filter(social_app_id=app.pk).exists()
