@@ -301,7 +301,7 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BEAT_SCHEDULE = {
     "sources: queue due data sources": {
         "task": "sources.dispatch_due",
-        "schedule": 60.0,
+        "schedule": float(os.environ.get("KB_SYNC_DISPATCH_SECONDS", "60")),
         "options": {"queue": "default", "expires": 55},
     }
 }

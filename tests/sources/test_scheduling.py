@@ -4,9 +4,16 @@ status page and API for tenant admins only."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
+import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -29,6 +36,7 @@ from sources.scheduling import (
 )
 from sources.services import source_create, source_ingest
 
+ROOT = Path(__file__).resolve().parent.parent.parent
 CUSTOM = {"test_rows": "tests.search.rows_connector.RowsConnector"}
 
 
@@ -340,3 +348,56 @@ def test_status_page_shows_health_to_tenant_admins_only(people, client, tmp_path
     assert listed["broken-repo"]["consecutive_failures"] == 2 and "no-such-repo" in listed["broken-repo"]["last_error"]
     assert listed["broken-repo"]["next_run_at"] is not None and listed["acme-wiki"]["last_success_at"] is not None
     assert listed["acme-wiki"]["enabled"] is True and "globex-secret-wiki" not in listed
+
+
+# ---------- Celery beat itself ------------------------------------------------------------------
+
+
+def _db_url(settings: dict) -> str:
+    password = f":{quote(settings['PASSWORD'], safe='')}" if settings["PASSWORD"] else ""
+    auth = quote(settings["USER"], safe="") + password
+    return f"postgres://{auth}@{quote(settings['HOST'] or 'localhost', safe='')}:{settings['PORT']}/{settings['NAME']}"
+
+
+def test_beat_keeps_its_schedule_in_the_database_and_sends_the_dispatcher(django_db_setup, django_db_blocker):
+    """A real ``celery -A kbportal beat`` (DatabaseScheduler, app role) against this run's test
+    database and Redis (127.0.0.1:6379, db 14): it stores the dispatcher entry in
+    django-celery-beat's table and sends ``sources.dispatch_due`` to the ``default`` queue. No
+    worker consumes it here (the dispatcher itself is tested above, in-process)."""
+    import redis
+    from django_celery_beat.models import PeriodicTask
+
+    broker = "redis://127.0.0.1:6379/14"
+    queue = redis.Redis.from_url(broker)
+    queue.delete("default")
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=_db_url(connections["default"].settings_dict),
+        DATABASE_OWNER_URL=_db_url(connections["owner"].settings_dict),
+        CELERY_BROKER_URL=broker,
+        KB_SYNC_DISPATCH_SECONDS="1",
+    )
+    beat = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "kbportal", "beat", "--loglevel=INFO"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and beat.poll() is None and not queue.llen("default"):
+            time.sleep(0.5)
+        assert beat.poll() is None, beat.stdout.read().decode(errors="replace")
+        assert queue.llen("default") >= 1, "beat sent nothing within 90 s"
+        message = json.loads(queue.lindex("default", 0))
+        assert message["headers"]["task"] == "sources.dispatch_due"
+        with django_db_blocker.unblock():
+            entry = PeriodicTask.objects.select_related("interval").get(name="sources: queue due data sources")
+        assert entry.task == "sources.dispatch_due" and entry.enabled
+        assert (entry.interval.every, entry.interval.period) == (1, "seconds")  # KB_SYNC_DISPATCH_SECONDS
+    finally:
+        beat.terminate()
+        try:
+            beat.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            beat.kill()
+            beat.wait()
+        queue.delete("default")
