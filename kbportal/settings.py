@@ -160,6 +160,7 @@ ACCOUNT_LOGOUT_ON_GET = False
 # (kbportal.TenantIdentityProvider); the adapter admits verified emails of the tenant's domains
 # only, creates the user and membership on first login and links an existing user by email.
 SOCIALACCOUNT_ADAPTER = "kbportal.sso.TenantSocialAccountAdapter"
+ACCOUNT_ADAPTER = "kbportal.sso.SsoAccountAdapter"  # logout at the provider, where configured
 SOCIALACCOUNT_PROVIDERS = {"openid_connect": {"OAUTH_PKCE_ENABLED": True}}
 SOCIALACCOUNT_EMAIL_AUTHENTICATION = True
 SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = True

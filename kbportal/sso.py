@@ -22,6 +22,10 @@ writes ``sso.join``. An existing user with that verified email is linked
 ``login`` event itself comes from the auth signals (:mod:`kbportal.audit`), after the join, so
 it carries the tenant.
 
+Logout ends the portal session; for a provider whose app settings have ``logout_at_provider``,
+:class:`SsoAccountAdapter` then sends the browser to the provider's ``end_session_endpoint``
+(OpenID Connect RP-Initiated Logout 1.0) with ``client_id`` and ``post_logout_redirect_uri``.
+
 Tenancy: the binding table has row-level security like every tenant-owned table; before the
 tenant is known, lookups set ``app.sso_app_ids`` or ``app.sso_domain`` transaction-locally (see
 migration ``0002_sso``). The base floor imports no app: the projects floor's services are named
@@ -30,18 +34,24 @@ by dotted path in :data:`PROJECT_SERVICES` and resolved on use.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import requests
+from allauth.account.adapter import DefaultAccountAdapter
+from allauth.account.internal.flows.login import AUTHENTICATION_METHODS_SESSION_KEY
 from allauth.core.exceptions import ImmediateHttpResponse
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
 from allauth.socialaccount.models import SocialApp, SocialLogin
+from allauth.socialaccount.providers.openid_connect.views import OpenIDConnectOAuth2Adapter
 from django.db import connection, transaction
 from django.http import HttpRequest
 from django.shortcuts import render
+from django.utils.http import urlencode
 from django.utils.module_loading import import_string
 
 from kbportal.audit import audit_record
@@ -49,6 +59,7 @@ from kbportal.models import TenantIdentityProvider
 from kbportal.tenancy import tenant_context
 
 OIDC_PROVIDER = "openid_connect"
+logger = logging.getLogger(__name__)
 
 # The projects floor's services a join uses (by dotted path, like kbportal/urls.py's includes).
 PROJECT_SERVICES = {
@@ -231,6 +242,7 @@ def sso_provider_create(
     domains: Iterable[str],
     default_role: str = TenantIdentityProvider.Role.MEMBER,
     token_auth_method: str | None = None,
+    logout_at_provider: bool = False,
 ) -> TenantIdentityProvider:
     """Create an OpenID Connect ``SocialApp`` and bind it to the tenant, in one transaction.
 
@@ -239,7 +251,8 @@ def sso_provider_create(
     provider). ``server_url`` is the issuer (its ``/.well-known/openid-configuration`` is read
     at login). ``domains`` are parsed by :func:`sso_domains_parse`; a domain another tenant's
     provider admits is refused. ``token_auth_method`` is ``client_secret_basic`` or
-    ``client_secret_post`` (``None``: chosen from the provider's metadata). Raises
+    ``client_secret_post`` (``None``: chosen from the provider's metadata).
+    ``logout_at_provider`` also ends the session at the provider on logout. Raises
     :class:`SsoConfigError` naming the bad argument. Writes an ``admin.change`` audit event.
     """
     name = (name or "").strip()
@@ -263,6 +276,8 @@ def sso_provider_create(
     settings: dict[str, Any] = {"server_url": server_url.rstrip("/")}
     if token_auth_method:
         settings["token_auth_method"] = token_auth_method
+    if logout_at_provider:
+        settings["logout_at_provider"] = True
     with transaction.atomic():
         if SocialApp.objects.filter(provider_id=provider_id).exists():
             raise SsoConfigError(f"provider id {provider_id!r} is already used")
@@ -354,3 +369,42 @@ class TenantSocialAccountAdapter(DefaultSocialAccountAdapter):
             },
         )
         super().on_authentication_error(request, provider, error, exception, extra_context)
+
+
+def sso_end_session_url(request: HttpRequest, *, after: str) -> str | None:
+    """Where to send the browser to end its session at the identity provider it signed in with, or
+    ``None`` (signed in otherwise, the app lacks ``logout_at_provider``, the provider publishes no
+    ``end_session_endpoint``, or its discovery document cannot be read: logged, never raised).
+
+    Read from the session's allauth authentication records, so call it before the logout. The
+    provider returns the browser to ``after`` (made absolute; it must be registered there as a
+    ``post_logout_redirect_uri``).
+    """
+    records = request.session.get(AUTHENTICATION_METHODS_SESSION_KEY) or []
+    provider_id = next((r.get("provider") for r in reversed(records) if r.get("method") == "socialaccount"), None)
+    if not provider_id:
+        return None
+    app = SocialApp.objects.filter(provider=OIDC_PROVIDER, provider_id=provider_id).first()
+    if app is None or not app.settings.get("logout_at_provider"):
+        return None
+    try:
+        endpoint = OpenIDConnectOAuth2Adapter(request, provider_id).openid_config.get("end_session_endpoint")
+    except (requests.RequestException, ValueError) as exc:
+        logger.warning("SSO logout: cannot read %s's discovery document: %s", provider_id, exc)
+        return None
+    if not endpoint:
+        return None
+    query = urlencode({"client_id": app.client_id, "post_logout_redirect_uri": request.build_absolute_uri(after)})
+    return f"{endpoint}{'&' if '?' in endpoint else '?'}{query}"
+
+
+class SsoAccountAdapter(DefaultAccountAdapter):
+    """django-allauth's account adapter; after logging out of a session that signed in through a
+    provider with ``logout_at_provider``, the browser goes on to the provider's logout
+    (:func:`sso_end_session_url`)."""
+
+    def get_logout_redirect_url(self, request: HttpRequest) -> str:
+        url = super().get_logout_redirect_url(request)
+        if not request.user.is_authenticated:
+            return url
+        return sso_end_session_url(request, after=url) or url

@@ -47,6 +47,7 @@ ACCOUNTS = {
     "gina": {"email": f"gina@{ACME_DOMAIN}", "email_verified": True, "name": "Gina Reader"},
     "hank": {"email": f"hank@{GLOBEX_DOMAIN}", "email_verified": True, "name": "Hank Globex"},
     "ivy": {"email": f"ivy@{ACME_DOMAIN}", "email_verified": True, "name": "Ivy Stray"},
+    "kim": {"email": f"kim@{GLOBEX_DOMAIN}", "email_verified": True, "name": "Kim Globex"},
     "mallory": {"email": "mallory@nowhere.test", "email_verified": True, "name": "Mallory"},
 }
 
@@ -199,7 +200,7 @@ def world(django_db_setup, django_db_blocker, oidc_node_modules, tmp_path_factor
             sso_provider_create(
                 tenant_id=acme.tenant.pk, name="Acme IdP", provider_id="acme-idp", server_url=provider.issuer,
                 client_id="acme-client", secret="acme-client-secret", domains=[ACME_DOMAIN],
-                token_auth_method="client_secret_post",
+                token_auth_method="client_secret_post", logout_at_provider=True,
             )  # fmt: skip
             sso_provider_create(
                 tenant_id=globex.tenant.pk, name="Globex IdP", provider_id="globex-idp", server_url=provider.issuer,
@@ -379,17 +380,52 @@ def test_existing_user_with_that_verified_email_is_linked_not_duplicated(world):
     assert [e.tenant_id for e in _events("login", actor_id=world.dave.pk)] == [world.acme.tenant.pk]
 
 
-def test_logout_ends_the_session(world):
+def test_logout_ends_the_session_here_and_at_the_provider(world):
     session, final, _ = sso_login(world, "acme-idp", "frank")
     assert final.status_code == 200
     [frank] = _users_with_email(ACCOUNTS["frank"]["email"])
     assert session.get(f"{world.portal}/search/", allow_redirects=False, timeout=10).status_code == 200
-    out = session.post(f"{world.portal}/accounts/logout/", data={"csrfmiddlewaretoken": _csrf(final.text)}, timeout=10)
-    assert out.status_code == 200
+    out = session.post(
+        f"{world.portal}/accounts/logout/",
+        data={"csrfmiddlewaretoken": _csrf(final.text)},
+        allow_redirects=False,
+        timeout=10,
+    )
+    # acme-idp has logout_at_provider: RP-initiated logout at its end_session_endpoint.
+    assert out.status_code == 302
+    end_session = urlsplit(out.headers["Location"])
+    assert f"{end_session.scheme}://{end_session.netloc}" == world.issuer and end_session.path == "/session/end"
+    assert parse_qs(end_session.query) == {
+        "client_id": ["acme-client"],
+        "post_logout_redirect_uri": [f"{world.portal}/"],
+    }
     after = session.get(f"{world.portal}/search/", allow_redirects=False, timeout=10)
     assert after.status_code == 302 and after.headers["Location"].startswith("/accounts/login/")
     [logout] = _events("logout", actor_id=frank.pk)
     assert logout.tenant_id == world.acme.tenant.pk
+
+    confirm = session.get(out.headers["Location"], timeout=10)  # the provider asks to confirm
+    action = re.search(r'<form id="op.logoutForm" method="post" action="([^"]+)"', confirm.text).group(1)
+    xsrf = re.search(r'name="xsrf" value="([^"]+)"', confirm.text).group(1)
+    back = session.post(f"{world.issuer}{action}" if action.startswith("/") else action,
+                        data={"xsrf": xsrf, "logout": "yes"}, timeout=10)  # fmt: skip
+    assert back.url.startswith(f"{world.portal}/accounts/login/")  # back at the portal, signed out
+    # The provider's session is gone too: signing in again asks who you are (sso_login posts the form).
+    _, again, _ = sso_login(world, "acme-idp", "frank", session=session)
+    assert again.status_code == 200 and again.url == f"{world.portal}/"
+
+
+def test_logout_through_a_provider_without_logout_at_provider_stays_on_the_portal(world):
+    session, final, _ = sso_login(world, "globex-idp", "kim")
+    assert final.status_code == 200 and final.url == f"{world.portal}/"
+    out = session.post(
+        f"{world.portal}/accounts/logout/",
+        data={"csrfmiddlewaretoken": _csrf(final.text)},
+        allow_redirects=False,
+        timeout=10,
+    )
+    assert out.status_code == 302 and out.headers["Location"] == "/"
+    assert session.get(f"{world.portal}/search/", allow_redirects=False, timeout=10).status_code == 302
 
 
 def test_sso_users_read_only_their_own_tenants_documents(world):

@@ -2,7 +2,7 @@
 
     sso_provider add --tenant SLUG --name NAME --provider-id ID --server-url URL \\
         --client-id ID --secret SECRET|- --domain example.com [--domain ...] [--role member|admin] \\
-        [--token-auth-method client_secret_basic|client_secret_post]
+        [--token-auth-method client_secret_basic|client_secret_post] [--logout-at-provider]
     sso_provider list --tenant SLUG
     sso_provider remove PROVIDER_ID
 
@@ -47,6 +47,9 @@ class Command(BaseCommand):
         add.add_argument("--domain", action="append", required=True, help="email domain it admits (repeat for several)")
         add.add_argument("--role", default="member", help="role of a user on first login: member (default) or admin")
         add.add_argument("--token-auth-method", choices=["client_secret_basic", "client_secret_post"])
+        add.add_argument(
+            "--logout-at-provider", action="store_true", help="logging out also ends the session at the provider"
+        )
         listing = sub.add_parser("list", help="list a tenant's providers")
         listing.add_argument("--tenant", required=True, help="tenant slug")
         remove = sub.add_parser("remove", help="delete a provider (its app and binding)")
@@ -72,6 +75,7 @@ class Command(BaseCommand):
             domains=domain,
             default_role=role,
             token_auth_method=options.get("token_auth_method"),
+            logout_at_provider=options.get("logout_at_provider", False),
         )
         callback = reverse("openid_connect_callback", kwargs={"provider_id": provider_id})
         self.stdout.write(
