@@ -161,13 +161,19 @@ def iso(django_db_setup, django_db_blocker) -> Iso:
         viewer = User.objects.create_user("iso-b-viewer", "viewer@iso-b.example", "v" * 12)
         for user in (member, viewer):
             membership_create(tenant_id=b.tenant.pk, user=user, role=Membership.Role.MEMBER)
-        restricted = project_create(tenant_id=b.tenant.pk, name="Iso restricted", visibility=Project.Visibility.MEMBERS)
+        # Names carry the markers too: a page listing projects or sources must not name them.
+        restricted = project_create(
+            tenant_id=b.tenant.pk, name=f"Iso restricted {PROJECT_MARKER}", slug="iso-restricted",
+            visibility=Project.Visibility.MEMBERS,
+        )  # fmt: skip
         open_source = source_create(
-            tenant_id=b.tenant.pk, kind="test_rows", name="Iso open wiki", project_ids=[b.project.pk],
+            tenant_id=b.tenant.pk, kind="test_rows", name=f"Iso open wiki {TENANT_MARKER}", slug="iso-open-wiki",
+            project_ids=[b.project.pk],
             config={"rows": _rows("open", TENANT_MARKER, b.admin.pk)},
         )  # fmt: skip
         restricted_source = source_create(
-            tenant_id=b.tenant.pk, kind="test_rows", name="Iso restricted wiki", project_ids=[restricted.pk],
+            tenant_id=b.tenant.pk, kind="test_rows", name=f"Iso restricted wiki {PROJECT_MARKER}",
+            slug="iso-restricted-wiki", project_ids=[restricted.pk],
             config={"rows": _rows("restricted", PROJECT_MARKER, b.admin.pk)},
         )  # fmt: skip
         a_source = source_create(
