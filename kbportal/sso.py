@@ -13,12 +13,16 @@ and a ``login.refused`` audit event:
 - no email (``email_missing``) or an email whose ``email_verified`` claim is not true
   (``email_unverified``);
 - an email domain that is not one of the provider's tenant's domains (``domain_not_allowed``;
-  the audit event's ``domain_tenant`` names the tenant that claims it, if any, the page does not).
+  the audit event's ``domain_tenant`` names the tenant that claims it, if any, the page does not);
+- an email of an existing staff or superuser account (``operator_account``): a tenant's provider
+  never takes over the operator's console.
 
 An admitted login of a new person creates the user, a membership with the binding's
 ``default_role`` and their default project (the tenant's oldest project they may read), and
 writes ``sso.join``. An existing user with that verified email is linked
-(``SOCIALACCOUNT_EMAIL_AUTHENTICATION``), and joins the tenant if not yet a member. The
+(``SOCIALACCOUNT_EMAIL_AUTHENTICATION``; allauth then makes its password unusable unless that
+email was verified here, since whoever set it may not own the address), and joins the tenant if
+not yet a member. The
 ``login`` event itself comes from the auth signals (:mod:`kbportal.audit`), after the join, so
 it carries the tenant.
 
@@ -34,6 +38,7 @@ by dotted path in :data:`PROJECT_SERVICES` and resolved on use.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Iterable, Iterator
@@ -79,6 +84,8 @@ REFUSAL_MESSAGES = {
     "email_unverified": "{provider} has not verified your email address {email}. Verify it there, then sign in again.",
     "domain_not_allowed": "{domain} is not an email domain of the organization that {provider} signs in to. "
     "Sign in with your own organization's provider, or ask your administrator to add the domain.",
+    "operator_account": "{email} belongs to an operator account of this portal, which signs in with its "
+    "password, never through an organization's provider.",
 }
 
 
@@ -322,6 +329,9 @@ class TenantSocialAccountAdapter(DefaultSocialAccountAdapter):
         decision = sso_login_check(
             app=app, email=address.email if address else None, email_verified=bool(address and address.verified)
         )
+        user = sociallogin.user
+        if decision.admitted and user is not None and user.pk is not None and (user.is_staff or user.is_superuser):
+            decision = dataclasses.replace(decision, reason="operator_account")
         if not decision.admitted:
             audit_record(
                 action="login.refused",

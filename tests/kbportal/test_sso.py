@@ -13,6 +13,7 @@ every table with TRUNCATE, which the append-only audit log refuses by design.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import select
@@ -48,6 +49,7 @@ ACCOUNTS = {
     "hank": {"email": f"hank@{GLOBEX_DOMAIN}", "email_verified": True, "name": "Hank Globex"},
     "ivy": {"email": f"ivy@{ACME_DOMAIN}", "email_verified": True, "name": "Ivy Stray"},
     "kim": {"email": f"kim@{GLOBEX_DOMAIN}", "email_verified": True, "name": "Kim Globex"},
+    "olga": {"email": f"olga@{ACME_DOMAIN}", "email_verified": True, "name": "Olga Operator"},
     "mallory": {"email": "mallory@nowhere.test", "email_verified": True, "name": "Mallory"},
 }
 
@@ -377,7 +379,26 @@ def test_existing_user_with_that_verified_email_is_linked_not_duplicated(world):
     assert world.dave.socialaccount_set.get().provider == "acme-idp"
     assert _membership(world.acme.tenant.pk, world.dave.pk).role == "member"
     assert "dave-local" in session.get(f"{world.portal}/search/", timeout=10).text
+    # allauth: an email never verified here may have been registered by someone else, so the
+    # password that came with it stops working; the provider is now how dave signs in.
+    assert not world.dave.has_usable_password()
     assert [e.tenant_id for e in _events("login", actor_id=world.dave.pk)] == [world.acme.tenant.pk]
+
+
+def test_an_operator_account_is_never_taken_over_by_a_tenants_provider(world):
+    from allauth.socialaccount.models import SocialAccount
+
+    olga = get_user_model().objects.create_user(
+        "olga-operator", ACCOUNTS["olga"]["email"], "pw-" + "o" * 12, is_staff=True
+    )
+    _, final, _ = sso_login(world, "acme-idp", "olga")
+    assert final.status_code == 403 and 'data-reason="operator_account"' in final.text
+    olga.refresh_from_db()
+    assert olga.has_usable_password() and olga.check_password("pw-" + "o" * 12)
+    assert not SocialAccount.objects.filter(user=olga).exists()
+    assert _membership(world.acme.tenant.pk, olga.pk) is None
+    [event] = _events("login.refused", data__email=ACCOUNTS["olga"]["email"])
+    assert event.tenant_id == world.acme.tenant.pk and event.data["reason"] == "operator_account"
 
 
 def test_logout_ends_the_session_here_and_at_the_provider(world):
@@ -481,7 +502,9 @@ def test_bindings_are_tenant_owned_rows_under_row_level_security(world):
     assert TenantIdentityProvider.all_tenants.count() == 0  # the lookup settings did not outlive the lookups
 
 
-def test_sso_provider_command_adds_lists_and_removes(world, capsys):
+def test_sso_provider_command_adds_lists_and_removes(world, capsys, monkeypatch):
+    from allauth.socialaccount.models import SocialApp
+
     with pytest.raises(CommandError, match="already admitted by another organization's provider"):
         call_command("sso_provider", "add", "--tenant", "sso-acme", "--name", "Dup", "--provider-id", "dup",
                      "--server-url", world.issuer, "--client-id", "x", "--secret", "y",
@@ -503,6 +526,15 @@ def test_sso_provider_command_adds_lists_and_removes(world, capsys):
     assert "Sign in with Acme Second" in requests.get(f"{world.portal}/accounts/login/", timeout=10).text
     call_command("sso_provider", "remove", "acme-second")
     assert capsys.readouterr().out == "Removed acme-second.\n"
+    # --secret - reads the secret from standard input (kept out of the shell history).
+    monkeypatch.setattr("sys.stdin", io.StringIO("from-stdin-secret\n"))
+    call_command("sso_provider", "add", "--tenant", "sso-globex", "--name", "Globex Stdin", "--provider-id",
+                 "globex-stdin", "--server-url", world.issuer, "--client-id", "stdin", "--secret", "-",
+                 "--domain", "stdin.globex.test", "--logout-at-provider")  # fmt: skip
+    app = SocialApp.objects.get(provider_id="globex-stdin")
+    assert app.secret == "from-stdin-secret" and app.settings["logout_at_provider"] is True
+    call_command("sso_provider", "remove", "globex-stdin")
+    assert not SocialApp.objects.filter(provider_id="globex-stdin").exists()
     call_command("sso_provider", "list", "--tenant", "sso-acme")
     assert "acme-second" not in capsys.readouterr().out
     assert "Acme Second" not in requests.get(f"{world.portal}/accounts/login/", timeout=10).text
