@@ -141,7 +141,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [
     # First: refuses a locked-out (address, username) before any password is checked.
-    "axes.backends.AxesStandaloneBackend",
+    "kbportal.lockout.LockoutBackend",
     "django.contrib.auth.backends.ModelBackend",
     "allauth.account.auth_backends.AuthenticationBackend",
 ]

@@ -88,11 +88,15 @@ def build_connector(
 
     label = source_label or f"a {kind!r} data source"
     cls = get_connector_class(kind)
-    try:
-        plain = decrypt_fields(config, label=label)
-    except SecretsError as exc:
-        raise ConnectorError(str(exc)) from exc
-    allow_private = plain.pop(ALLOW_PRIVATE_FIELD, False)
+    if not isinstance(config, dict):  # pydantic names the problem ("Input should be a valid dictionary")
+        plain: Any = config
+        allow_private = False
+    else:
+        try:
+            plain = decrypt_fields(config, label=label)
+        except SecretsError as exc:
+            raise ConnectorError(str(exc)) from exc
+        allow_private = plain.pop(ALLOW_PRIVATE_FIELD, False)
     if not isinstance(allow_private, bool):
         raise ConnectorError(f"invalid config for {label}: {ALLOW_PRIVATE_FIELD}: must be true or false")
     try:
@@ -104,7 +108,7 @@ def build_connector(
         raise ConnectorError(f"invalid config for {label}: {problems}") from exc
     if not (allow_private or getattr(settings, "KB_ALLOW_PRIVATE_URLS", False)):
         for field in URL_FIELD_NAMES:
-            value = plain.get(field)
+            value = plain.get(field) if isinstance(plain, dict) else None
             if isinstance(value, str) and value.strip():
                 try:
                     netcheck.check_url(value, field=field)
