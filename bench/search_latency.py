@@ -106,7 +106,7 @@ def run(sizes: list[int], n_queries: int, keep: bool) -> None:
 
     from kbportal.db import ensure_embedded_database
 
-    pgdata = ROOT / ".pgdata"
+    pgdata = Path(os.environ.get("KB_PGDATA", ROOT / ".pgdata"))  # the server settings use
     socket_dir, port = ensure_embedded_database(pgdata.resolve(), "kbportal")
     results = []
     for n in sizes:

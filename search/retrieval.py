@@ -157,6 +157,7 @@ MAX_TERM_DF = 5000  # ... and so is one in more than 5,000 rows (IDF < 3 at 100k
 KEEP_RAREST = 3  # ... unless every lexeme is that common: then the rarest few are kept
 RARE_IDF = 4.0  # the design's rare-token threshold: ln(N / df) >= 4.0
 MAX_RARE_TERMS = 8
+ALL_TERMS_BUDGET = 2000  # rows holding every term join the champion candidates when about this many
 
 
 @dataclass
@@ -172,6 +173,13 @@ class QueryTerms:
     n_rows: int
     phrases: str  # quoted phrases, websearch syntax
     negative: str
+    # lexeme -> the scope's sources that keep no champion list for it (rank those rows directly);
+    # only lexemes with a champion list in at least one source appear here
+    unchampioned: dict[str, list[int]] = field(default_factory=dict)
+
+    def championed(self, lexeme: str) -> bool:
+        """True when some source in scope keeps a champion list for ``lexeme``."""
+        return lexeme in self.unchampioned
 
     def idf(self, lexeme: str) -> float:
         """ln(N / df) (Spärck Jones, 1972); 0 for a lexeme no row holds."""
@@ -183,7 +191,11 @@ class QueryTerms:
         present = [lx for lx in self.lexemes if self.df.get(lx)]
         if not self.n_rows:
             return self.lexemes
-        kept = [lx for lx in present if self.df[lx] / self.n_rows <= COMMON_DF_RATIO and self.df[lx] <= MAX_TERM_DF]
+        kept = [
+            lx
+            for lx in present
+            if self.df[lx] / self.n_rows <= COMMON_DF_RATIO and (self.df[lx] <= MAX_TERM_DF or self.championed(lx))
+        ]
         return kept or sorted(present, key=lambda lx: self.df[lx])[:KEEP_RAREST]
 
     def rare(self) -> list[tuple[str, float]]:
@@ -210,19 +222,26 @@ def query_terms(query: str, scope: QueryScope) -> QueryTerms:
                 UNION
                 SELECT unnest(tsvector_to_array(to_tsvector('simple', %(terms)s)))
             )
-            SELECT lx.lexeme, coalesce(sum(t.ndoc), 0)::bigint
+            SELECT lx.lexeme, coalesce(sum(t.ndoc), 0)::bigint, bool_or(t.champions IS NOT NULL),
+                   array_agg(t.source_id) FILTER (WHERE t.champions IS NULL)
             FROM lx LEFT JOIN sources_termstat t ON t.lexeme = lx.lexeme AND t.source_id = ANY(%(sources)s)
             GROUP BY lx.lexeme
             """,
             {"plain": plain, "terms": identifier_terms(plain), "sources": list(scope.allowed_source_ids)},
         )
-        df = {lexeme: int(n) for lexeme, n in cursor.fetchall()}
+        df, unchampioned = {}, {}
+        for lexeme, n, has_champions, without in cursor.fetchall():
+            df[lexeme] = int(n)
+            if has_champions:
+                unchampioned[lexeme] = [int(x) for x in without or []]
         cursor.execute(
             "SELECT coalesce(sum(indexed_rows), 0) FROM sources_datasource WHERE id = ANY(%s)",
             [list(scope.allowed_source_ids)],
         )
         n_rows = int(cursor.fetchone()[0])
-    return QueryTerms(lexemes=sorted(df), df=df, n_rows=n_rows, phrases=phrases, negative=negative)
+    return QueryTerms(
+        lexemes=sorted(df), df=df, n_rows=n_rows, phrases=phrases, negative=negative, unchampioned=unchampioned
+    )
 
 
 def lexical_ranking(
@@ -239,10 +258,48 @@ def lexical_ranking(
     Terms held by more than ``COMMON_DF_RATIO`` of the scope's rows are dropped (they match
     nearly everything and cost the most to rank). Ranked by ``ts_rank_cd`` with length
     normalisation 1 (divide by 1 + log(length)) so a huge page does not win everything.
+
+    Rows ranked: every row holding a term, except that for a term a large source keeps a
+    champion list for (``sources.services.source_refresh_champions``), only that list's rows of
+    that source are taken, plus rows holding all the terms and rows matching a quoted phrase.
+    The cost then grows with the champion lists, not with the rows a common term matches.
     """
     terms = terms or query_terms(query, scope)
+    kept = terms.kept()
     where, params = scope_where_sql(scope, kinds)
-    params.update(pos=_tsquery_literal(terms.kept()), phrases=terms.phrases, neg=terms.negative, limit=limit)
+    params.update(pos=_tsquery_literal(kept), phrases=terms.phrases, neg=terms.negative, limit=limit)
+    championed = [lx for lx in kept if terms.championed(lx)]
+    candidates = ""
+    if championed:
+        direct = [lx for lx in kept if not terms.championed(lx)]
+        parts = [
+            "SELECT unnest(t.champions) FROM sources_termstat t "
+            "WHERE t.lexeme = ANY(%(champ)s) AND t.source_id = ANY(%(source_ids)s) AND t.champions IS NOT NULL"
+        ]
+        params["champ"] = championed
+        if direct:
+            parts.append("SELECT d.id FROM sources_document d WHERE d.search_vector @@ %(direct)s::tsquery AND {where}")
+            params["direct"] = _tsquery_literal(direct)
+        for i, lexeme in enumerate(championed):
+            if terms.unchampioned[lexeme]:
+                parts.append(
+                    f"SELECT d.id FROM sources_document d WHERE d.search_vector @@ %(lx_{i})s::tsquery "
+                    f"AND d.source_id = ANY(%(lx_src_{i})s) AND {{where}}"
+                )
+                params[f"lx_{i}"] = _tsquery_literal([lexeme])
+                params[f"lx_src_{i}"] = terms.unchampioned[lexeme]
+        # Rows holding every term, when they are few enough (independence estimate N * prod(df/N));
+        # with any term ranked directly they are among its rows already.
+        all_estimate = terms.n_rows * math.prod(terms.df[lx] / max(terms.n_rows, 1) for lx in kept)
+        if len(kept) > 1 and not direct and all_estimate <= ALL_TERMS_BUDGET:
+            parts.append("SELECT d.id FROM sources_document d WHERE d.search_vector @@ %(all)s::tsquery AND {where}")
+            params["all"] = " & ".join(_tsquery_literal([lx]) for lx in kept)
+        if terms.phrases:
+            parts.append(
+                "SELECT d.id FROM sources_document d "
+                "WHERE d.search_vector @@ websearch_to_tsquery('english', %(phrases)s) AND {where}"
+            )
+        candidates = "AND d.id IN (" + " UNION ".join(p.replace("{where}", where) for p in parts) + ")"
     sql = f"""
         WITH parts AS (
             SELECT %(pos)s::tsquery || websearch_to_tsquery('english', %(phrases)s) AS pos,
@@ -252,7 +309,7 @@ def lexical_ranking(
             FROM parts
         )
         SELECT d.id FROM sources_document d, q
-        WHERE numnode(q.query) > 0 AND d.search_vector @@ q.query AND {where}
+        WHERE numnode(q.query) > 0 AND d.search_vector @@ q.query AND {where} {candidates}
         ORDER BY ts_rank_cd(d.search_vector, q.query, 1) DESC, d.id
         LIMIT %(limit)s
     """

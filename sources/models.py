@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from pgvector.django import HnswIndex, VectorField
@@ -182,6 +183,12 @@ class TermStat(TenantOwned):
     source = models.ForeignKey(DataSource, on_delete=models.CASCADE, related_name="term_stats")
     lexeme = models.CharField(max_length=255)
     ndoc = models.PositiveIntegerField()
+    champions = ArrayField(
+        models.BigIntegerField(),
+        null=True,
+        blank=True,
+        help_text="For a common lexeme: ids of the source's rows where it weighs most (BM25 tf part), best first.",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["source", "lexeme"], name="termstat_unique_lexeme")]

@@ -434,7 +434,66 @@ def source_refresh_term_stats(source_id: int) -> int:
             [source_id, source_id],
         )
         row = cursor.fetchone()
-        return int(row[0]) if row else 0
+    source_refresh_champions(source_id)
+    return int(row[0]) if row else 0
+
+
+CHAMPION_MIN_DF = 5000  # a lexeme in more of one source's rows than this gets a champion list (retrieval's MAX_TERM_DF)
+CHAMPIONS_PER_TERM = 400  # ... of this many rows
+BM25_K1, BM25_B = 1.2, 0.75
+
+
+def source_refresh_champions(
+    source_id: int, *, min_df: int = CHAMPION_MIN_DF, per_term: int = CHAMPIONS_PER_TERM
+) -> int:
+    """Store, for each of the source's common lexemes (``ndoc > min_df``), the ids of the
+    ``per_term`` rows where it weighs most: ``TermStat.champions``, best first. Returns how many
+    lexemes got a list. Runs inside the caller's tenant context; one pass over the source's rows.
+
+    Weight of lexeme t in row d: the BM25 term-frequency part (Robertson & Zaragoza, "The
+    Probabilistic Relevance Framework: BM25 and Beyond", 2009, eq. 3.15),
+    ``tf (k1 + 1) / (tf + k1 (1 - b + b |d| / avg|d|))`` with k1 = 1.2, b = 0.75, where tf counts
+    the lexeme's positions, a title position as 10 and a path position as 4 (PostgreSQL's
+    default A/B/D weights 1.0/0.4/0.1, relative to body text), and ``|d|`` is the row's number of
+    distinct lexemes. These are the "champion lists" of Manning, Raghavan & Schütze,
+    *Introduction to Information Retrieval*, 2008, section 7.1.3: retrieval ranks only them for a
+    lexeme too common to rank every row holding it.
+    """
+    source_id = int(source_id)
+    params = {"s": source_id, "min_df": min_df, "n": per_term, "k1": BM25_K1, "b": BM25_B}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE sources_termstat SET champions = NULL WHERE source_id = %s AND champions IS NOT NULL", [source_id]
+        )
+        cursor.execute(
+            """
+            WITH common AS (
+                SELECT lexeme FROM sources_termstat WHERE source_id = %(s)s AND ndoc > %(min_df)s
+            ), avglen AS (
+                SELECT greatest(avg(length(search_vector)), 1)::float8 AS v
+                FROM sources_document WHERE source_id = %(s)s
+            ), tf AS (
+                SELECT u.lexeme, d.id, length(d.search_vector)::float8 AS len,
+                       (cardinality(u.positions) + 9 * cardinality(array_positions(u.weights, 'A'))
+                        + 3 * cardinality(array_positions(u.weights, 'B')))::float8 AS tf
+                FROM sources_document d, unnest(d.search_vector) AS u
+                WHERE d.source_id = %(s)s AND u.lexeme IN (SELECT lexeme FROM common)
+            ), ranked AS (
+                SELECT tf.lexeme, tf.id, row_number() OVER (
+                    PARTITION BY tf.lexeme
+                    ORDER BY tf.tf * (%(k1)s + 1)
+                             / (tf.tf + %(k1)s * (1 - %(b)s + %(b)s * tf.len / avglen.v)) DESC,
+                             tf.id
+                ) AS r
+                FROM tf, avglen
+            )
+            UPDATE sources_termstat AS t SET champions = c.ids
+            FROM (SELECT lexeme, array_agg(id ORDER BY r) AS ids FROM ranked WHERE r <= %(n)s GROUP BY lexeme) AS c
+            WHERE t.source_id = %(s)s AND t.lexeme = c.lexeme
+            """,
+            params,
+        )
+        return cursor.rowcount
 
 
 def _connector_resume(connector: Any, *, tenant_id: int, source_id: int) -> bool:

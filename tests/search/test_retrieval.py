@@ -246,3 +246,85 @@ def test_portal_links_become_absolute_with_a_public_url(settings):
     assert (
         portal_link("a.py#L3-L9", source, "a.py#f", 3) == f"https://kb.example.com/documents/{source}/?id=a.py%23f#L3"
     )
+
+
+@pytest.mark.django_db
+def test_champion_lists_bound_what_a_common_term_ranks(make_tenant, settings):
+    """A lexeme too common to rank every row is ranked over its champion list only, while rows
+    holding the rarer terms, all the terms, or another tenant's rows behave as before."""
+    from kbportal.tenancy import tenant_context
+    from search.retrieval import lexical_ranking, query_terms
+    from sources.models import Document, TermStat
+    from sources.services import source_create, source_ingest, source_refresh_champions
+
+    settings.KB_CUSTOM_CONNECTORS = {"test_rows": "tests.search.rows_connector.RowsConnector"}
+    t = make_tenant("champ")
+    rows = [
+        {"external_id": f"plain{i}", "kind": "doc_section", "title": f"note {i}",
+         "content": f"the ledger was reconciled on day {i} " + " ".join(f"filler{j}" for j in range(i % 30))}
+        for i in range(60)
+    ] + [
+        {"external_id": f"other{i}", "kind": "doc_section", "title": f"other {i}", "content": f"lunch menu {i}"}
+        for i in range(200)
+    ] + [
+        {"external_id": "titled", "kind": "doc_section", "title": "Ledger", "content": "ledger ledger"},
+        {"external_id": "both", "kind": "doc_section", "title": "month end",
+         "content": "the ledger and the escrow account at month end " + "padding " * 80},
+        {"external_id": "rare", "kind": "doc_section", "title": "escrow",
+         "content": "escrow release needs two approvals " + "padding " * 80},
+    ]  # fmt: skip
+    source = source_create(
+        tenant_id=t.tenant.pk, kind="test_rows", name="Notes", config={"rows": rows}, project_ids=[t.project.pk]
+    )
+    assert source_ingest(tenant_id=t.tenant.pk, source_id=source.pk).status == "succeeded"
+    scope = scope_for_user(t.admin)
+    with tenant_context(t.tenant.pk):
+        ids = dict(Document.objects.filter(source=source).values_list("external_id", "pk"))
+        assert not TermStat.objects.filter(source=source, champions__isnull=False).exists()  # all under 2,000 rows
+        full = lexical_ranking("ledger", scope, limit=100)
+        assert len(full) == 62  # every row holding the term
+
+        assert source_refresh_champions(source.pk, min_df=20, per_term=5) >= 1
+        champions = TermStat.objects.get(source=source, lexeme="ledger").champions
+        assert len(champions) == 5 and champions[0] == ids["titled"]  # a title position weighs most
+        terms = query_terms("ledger escrow", scope)
+        assert terms.championed("ledger") and not terms.championed("escrow")
+        ranked = lexical_ranking("ledger escrow", scope, terms=terms, limit=100)
+        # champions of 'ledger' + every 'escrow' row (rare: ranked directly), nothing else
+        assert set(ranked) == set(champions) | {ids["both"], ids["rare"]}
+        assert ranked[0] in (ids["both"], ids["titled"])
+        # A champion id that no longer exists (row deleted since the refresh) is simply gone.
+        Document.objects.filter(pk=champions[1]).delete()
+        assert champions[1] not in lexical_ranking("ledger", scope, limit=100)
+
+    # Another tenant's scope holding the same words ranks only its own rows.
+    other = make_tenant("champ-other")
+    other_source = source_create(
+        tenant_id=other.tenant.pk, kind="test_rows", name="Notes", project_ids=[other.project.pk],
+        config={"rows": [{"external_id": "o1", "kind": "doc_section", "title": "ledger", "content": "ledger"}]},
+    )  # fmt: skip
+    source_ingest(tenant_id=other.tenant.pk, source_id=other_source.pk)
+    other_scope = scope_for_user(other.admin)
+    with tenant_context(other.tenant.pk):
+        own = set(Document.objects.filter(source=other_source).values_list("pk", flat=True))
+        assert set(lexical_ranking("ledger escrow", other_scope, limit=100)) == own
+
+
+@pytest.mark.django_db
+def test_full_text_match_is_leakproof_so_the_gin_index_serves_row_level_security(kb):
+    """``tsvector @@ tsquery`` is LEAKPROOF (migration sources 0012): under the tenant policy the
+    planner may then reach rows through the GIN index instead of scanning the whole tenant
+    (measured in ``bench/search_latency.py``); the policy still filters what the index returns."""
+    from django.db import connection
+
+    from kbportal.tenancy import tenant_context
+
+    with tenant_context(kb.acme.tenant.pk), connection.cursor() as cursor:
+        cursor.execute("SELECT rolbypassrls OR rolsuper FROM pg_roles WHERE rolname = current_user")
+        assert cursor.fetchone()[0] is False  # really the app role, subject to the policy
+        cursor.execute("SELECT proleakproof FROM pg_proc WHERE oid = 'ts_match_vq(tsvector, tsquery)'::regprocedure")
+        assert cursor.fetchone()[0] is True
+        cursor.execute("SELECT count(*) FROM sources_document d WHERE d.search_vector @@ 'zebra'::tsquery")
+        assert cursor.fetchone()[0] == 0  # globex's 'zebra' rows stay behind the policy
+        cursor.execute("SELECT count(*) FROM sources_document d WHERE d.search_vector @@ 'backoff'::tsquery")
+        assert cursor.fetchone()[0] >= 1
