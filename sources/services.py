@@ -496,6 +496,14 @@ def source_refresh_champions(
         return cursor.rowcount
 
 
+def _connector_bind(connector: Any, *, tenant_id: int, source_id: int) -> None:
+    """Hand a connector that reads the source's own index (it has ``bind_source``, e.g. Slack
+    connectors for term statistics and stored thread distillations) the tenant and source ids."""
+    bind = getattr(connector, "bind_source", None)
+    if callable(bind):
+        bind(tenant_id=tenant_id, source_id=source_id)
+
+
 def _connector_resume(connector: Any, *, tenant_id: int, source_id: int) -> bool:
     """For a connector that can read only what changed (it has ``resume_from(cursor) -> bool``):
     hand it the source's cursor, the newest ``updated_at`` among its stored rows (``None`` when
@@ -564,6 +572,7 @@ def _source_ingest(
     status, error = IngestionRun.Status.SUCCEEDED, ""
     try:
         connector = build_connector(kind, config, include=include, exclude=exclude, source_label=label)
+        _connector_bind(connector, tenant_id=tenant_id, source_id=source_id)
         partial = _connector_resume(connector, tenant_id=tenant_id, source_id=source_id)
         rows = 0
         for row in connector.iter_rows(report):
@@ -738,12 +747,22 @@ def _stale_conversations(source_id: int, channel: str, lo_ts: str, hi_ts: str, k
     ]
 
 
+def _stale_bursts(source_id: int, parents: set[str], keep: set[str]) -> list[str]:
+    """External ids of the stored ``burst`` rows whose parent is in ``parents``, not in ``keep``."""
+    return list(
+        Document.objects.filter(source_id=source_id, kind="burst", parent_external_id__in=sorted(parents))
+        .exclude(external_id__in=sorted(keep))
+        .values_list("external_id", flat=True)
+    )
+
+
 def slack_thread_refresh(*, tenant_id: int, source_id: int, channel: str, thread_ts: str) -> dict[str, Any]:
     """Re-fetch one Slack thread (``conversations.replies``) and write it back as one row.
 
     The thread row is replaced whole (parent, replies, participants, last activity), or deleted
     when Slack has no thread there any more; when the parent is or becomes a loose message the
-    conversation rows around it are rebuilt too (stale ones deleted). Holds a per-channel
+    conversation rows around it are rebuilt too (stale ones deleted). Burst rows of the thread
+    and of those conversations that the refresh no longer yields are deleted. Holds a per-channel
     advisory lock from fetch to write. Returns ``{"thread": "written"|"deleted"|"none",
     "written", "embedded", "deleted"}`` (row counts). Raises ``DataSource.DoesNotExist``,
     ``ConnectorError`` for a source that is not ``slack``, and ``SlackError``/``SlackRateLimited``
@@ -756,13 +775,14 @@ def slack_thread_refresh(*, tenant_id: int, source_id: int, channel: str, thread
     connector = build_connector(
         source.kind, source.config, include=source.include, exclude=source.exclude, source_label=source_label(source)
     )
+    _connector_bind(connector, tenant_id=tenant_id, source_id=source_id)
     thread_id = f"{channel}:{thread_ts}"
     with transaction.atomic():
         _slack_channel_lock(source_id, channel)
         with tenant_context(tenant_id):
             had_thread = Document.objects.filter(source_id=source_id, external_id=thread_id).exists()
         refresh = connector.refresh_thread(channel, thread_ts, had_thread_row=had_thread)
-        rows = [refresh.thread_row] if refresh.thread_row is not None else []
+        rows = [refresh.thread_row, *refresh.burst_rows] if refresh.thread_row is not None else []
         stale: list[str] = [] if refresh.thread_row is not None or not had_thread else [thread_id]
         if refresh.window is not None:
             rows += refresh.window.rows
@@ -774,6 +794,10 @@ def slack_thread_refresh(*, tenant_id: int, source_id: int, channel: str, thread
                     refresh.window.hi_ts,
                     keep={row.external_id for row in refresh.window.rows},
                 )
+        # Bursts of every parent rewritten or deleted here that the refresh did not yield again.
+        parents = {thread_id, *stale, *(row.external_id for row in rows if row.kind != "burst")}
+        with tenant_context(tenant_id):
+            stale += _stale_bursts(source_id, parents, keep={row.external_id for row in rows})
         deleted = source_rows_delete(tenant_id=tenant_id, source_id=source_id, external_ids=stale)
         counts = source_rows_upsert(tenant_id=tenant_id, source_id=source_id, rows=rows)
     state = "written" if refresh.thread_row is not None else ("deleted" if had_thread else "none")
@@ -789,15 +813,17 @@ def slack_message_purge(*, tenant_id: int, source_id: int, channel: str, ts: str
     """Delete at once every row of the source that holds the Slack message ``ts``; returns the count.
 
     That is its thread's row (``<channel>:<thread_ts>``), the thread it started
-    (``<channel>:<ts>``) and the conversation row spanning it. Called on ``message_deleted``
-    before the refresh is queued, so a deleted message is never cited again even while the
-    refresh waits; the refresh then writes back what remains.
+    (``<channel>:<ts>``), the conversation row spanning it, and the ``burst`` rows of all of
+    these. Called on ``message_deleted`` before the refresh is queued, so a deleted message is
+    never cited again even while the refresh waits; the refresh then writes back what remains.
     """
     with transaction.atomic():
         _slack_channel_lock(source_id, channel)
         with tenant_context(tenant_id):
             holders = _stale_conversations(source_id, channel, ts, ts, keep=set())
         ids = {f"{channel}:{thread_ts}", f"{channel}:{ts}", *holders}
+        with tenant_context(tenant_id):
+            ids.update(_stale_bursts(source_id, ids, keep=set()))
         return source_rows_delete(tenant_id=tenant_id, source_id=source_id, external_ids=sorted(ids))
 
 

@@ -1,4 +1,4 @@
-"""Slack messages -> ``thread`` and ``conversation`` rows, shared by the export and live connectors.
+"""Slack messages -> ``thread``, ``conversation`` and ``burst`` rows, shared by the export and live connectors.
 
 Both Slack connectors (``slack_export``: a workspace export; ``slack``: the Web API and Socket
 Mode) read raw Slack message objects, render them with :class:`SlackRenderer` and group one
@@ -7,9 +7,15 @@ channel's messages with :func:`channel_rows`:
 - ``thread``: a parent message and all its replies (grouped by ``thread_ts``),
   ``external_id = "<channel_id>:<thread_ts>"``;
 - ``conversation``: consecutive messages outside threads in one channel, each within
-  ``gap_minutes`` of the previous one, ``external_id = "<channel_id>:conv:<first_ts>"``.
+  ``gap_minutes`` of the previous one, ``external_id = "<channel_id>:conv:<first_ts>"``;
+- ``burst``: inside a thread or conversation, a run of consecutive messages by one author that
+  passes the weighted threshold of ``sources.distill`` (a rare token, >= 200 characters, or a
+  reaction), child of that row (``parent_external_id``), ``external_id =
+  "<parent external id>:burst:<first_ts>"``, embedded with the parent's topic prepended.
 
-System noise (joins, leaves, topic/purpose/name changes, pins, integrations) is dropped; file
+A thread's embedded text is its distillation (question, summary, resolution, systems, code
+references; ``metadata["distilled"]``), see ``sources.distill``; ``content`` stays the raw
+transcript. System noise (joins, leaves, topic/purpose/name changes, pins, integrations) is dropped; file
 shares and file comments are kept with the file names. Rows are derived from the messages
 alone, so the same messages give the same ids and contents whichever connector read them.
 """
@@ -24,9 +30,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sources.connectors.base import DocumentRow
+from sources.distill import Distiller, Run, clean_question, distilled_text
 
 TITLE_CHARS = 120
 EMBED_CHARS = 1500
+TOPIC_CHARS = 160
 
 # Subtypes that record what happened to the channel, not what anyone said. ``file_share``,
 # ``file_comment``, ``bot_message``, ``me_message`` and ``thread_broadcast`` carry real content.
@@ -186,18 +194,23 @@ def channel_rows(
     gap_minutes: int,
     workspace_url: str | None,
     mark_bots: bool = False,
+    distiller: Distiller | None = None,
 ) -> list[DocumentRow]:
-    """One channel's rows: a ``thread`` row per thread, ``conversation`` rows for the rest.
+    """One channel's rows: a ``thread`` row per thread, ``conversation`` rows for the rest, and
+    the ``burst`` rows of each.
 
     ``messages`` are the channel's kept messages (any order, one per ts). Rows come out in time
-    order of their first message. ``mark_bots``: see :func:`build_row`.
+    order of their first message (a parent before its bursts). ``mark_bots``: see
+    :func:`build_row`. ``distiller``: distils threads and picks bursts (default: rules, no
+    source statistics, an LLM when one is configured).
     """
+    distiller = distiller or Distiller()
     threads, loose = split_threads(messages)
-    rows = [thread_row(channel, ts, group, workspace_url=workspace_url, mark_bots=mark_bots) for ts, group in threads]
-    rows += [
-        conversation_row(channel, group, workspace_url=workspace_url, mark_bots=mark_bots)
-        for group in group_conversations(loose, gap_seconds=gap_minutes * 60)
-    ]
+    rows: list[DocumentRow] = []
+    for ts, group in threads:
+        rows += thread_rows(channel, ts, group, workspace_url=workspace_url, mark_bots=mark_bots, distiller=distiller)
+    for group in group_conversations(loose, gap_seconds=gap_minutes * 60):
+        rows += conversation_rows(channel, group, workspace_url=workspace_url, mark_bots=mark_bots, distiller=distiller)
     rows.sort(key=lambda row: (ts_key(row.metadata["first_ts"]), row.external_id))
     return rows
 
@@ -231,21 +244,24 @@ def group_conversations(loose: list[SlackMessage], *, gap_seconds: float) -> lis
     return conversations
 
 
-def thread_row(
+def thread_rows(
     channel: SlackChannel,
     thread_ts: str,
     group: list[SlackMessage],
     *,
     workspace_url: str | None,
     mark_bots: bool = False,
-) -> DocumentRow:
-    """The ``thread`` row of one thread: parent first, then replies in time order."""
+    distiller: Distiller | None = None,
+) -> list[DocumentRow]:
+    """The ``thread`` row of one thread (parent first, then replies in time order; its text the
+    distillation), followed by its ``burst`` rows."""
+    distiller = distiller or Distiller()
     parent = next((m for m in group if m.ts == thread_ts), None)
     # Replies can outlive their parent (cut from an export, deleted in Slack): then every message is a reply.
     replies = len(group) - (1 if parent is not None else 0)
     rest = sorted((m for m in group if m is not parent), key=lambda m: ts_key(m.ts))
     ordered = [parent, *rest] if parent is not None else rest
-    return build_row(
+    row = build_row(
         kind="thread",
         external_id=f"{channel.id}:{thread_ts}",
         channel=channel,
@@ -256,6 +272,63 @@ def thread_row(
         workspace_url=workspace_url,
         mark_bots=mark_bots,
     )
+    distilled = distiller.thread(
+        channel_id=channel.id,
+        channel=channel.name,
+        external_id=row.external_id,
+        messages=ordered,
+        root=parent,
+        transcript=row.content,
+    )
+    row.text = distilled_text(channel.name, distilled)
+    row.metadata["distilled"] = distilled
+    topic = cut(distilled["question"].splitlines()[0] if distilled["question"] else "", TOPIC_CHARS)
+    runs, burst_meta = distiller.bursts(
+        channel_id=channel.id, parent_external_id=row.external_id, messages=ordered, skip_first_run=parent is not None
+    )
+    row.metadata["bursts"] = burst_meta
+    return [row] + [
+        burst_row(channel, row, run, topic=topic, position=i, workspace_url=workspace_url, mark_bots=mark_bots)
+        for i, run in enumerate(runs)
+    ]
+
+
+def thread_row(
+    channel: SlackChannel,
+    thread_ts: str,
+    group: list[SlackMessage],
+    *,
+    workspace_url: str | None,
+    mark_bots: bool = False,
+    distiller: Distiller | None = None,
+) -> DocumentRow:
+    """The ``thread`` row alone (see :func:`thread_rows`)."""
+    return thread_rows(
+        channel, thread_ts, group, workspace_url=workspace_url, mark_bots=mark_bots, distiller=distiller
+    )[0]
+
+
+def conversation_rows(
+    channel: SlackChannel,
+    group: list[SlackMessage],
+    *,
+    workspace_url: str | None,
+    mark_bots: bool = False,
+    distiller: Distiller | None = None,
+) -> list[DocumentRow]:
+    """The ``conversation`` row of consecutive loose messages (``group`` in time order), then its bursts."""
+    distiller = distiller or Distiller()
+    row = conversation_row(channel, group, workspace_url=workspace_url, mark_bots=mark_bots)
+    first_line = next((line for line in group[0].text.splitlines() if line.strip()), group[0].text)
+    topic = cut(clean_question(first_line), TOPIC_CHARS)
+    runs, burst_meta = distiller.bursts(
+        channel_id=channel.id, parent_external_id=row.external_id, messages=group, skip_first_run=False
+    )
+    row.metadata["bursts"] = burst_meta
+    return [row] + [
+        burst_row(channel, row, run, topic=topic, position=i, workspace_url=workspace_url, mark_bots=mark_bots)
+        for i, run in enumerate(runs)
+    ]
 
 
 def conversation_row(
@@ -273,6 +346,75 @@ def conversation_row(
         reply_count=0,
         workspace_url=workspace_url,
         mark_bots=mark_bots,
+    )
+
+
+def burst_row(
+    channel: SlackChannel,
+    parent: DocumentRow,
+    run: Run,
+    *,
+    topic: str,
+    position: int,
+    workspace_url: str | None,
+    mark_bots: bool = False,
+) -> DocumentRow:
+    """The ``burst`` row of ``run`` inside ``parent`` (a thread or conversation row).
+
+    ``content`` is the run's transcript; ``text`` (embedded) is ``#channel | topic`` then the
+    run's messages as ``Name: text``. ``metadata`` has the channel, ``thread_ts``, ``parent_kind``,
+    ``topic``, ``authors`` (the run's author; a bot goes to ``bots`` when ``mark_bots``),
+    ``participants`` (author and reactors), ``reactions``, ``burst_message_count`` and
+    ``first_ts``/``last_ts``. The link opens the run's first message (in its thread).
+    """
+    messages = run.messages
+    first, last = messages[0], messages[-1]
+    author = first.author
+    bot = mark_bots and first.bot
+    reactions: dict[str, int] = {}
+    reactors: set[str] = set()
+    for m in messages:
+        for name, count, reactor_names in m.reactions:
+            reactions[name] = reactions.get(name, 0) + count
+            reactors.update(reactor_names)
+    people = set() if bot else {author}
+    thread_ts = parent.metadata.get("thread_ts")
+    url = permalink(workspace_url, channel.id, first.ts)
+    if thread_ts and workspace_url and first.ts != thread_ts:
+        url += f"?thread_ts={thread_ts}&cid={channel.id}"
+    first_line = next((line.strip() for line in first.text.splitlines() if line.strip()), "") or "(no text)"
+    body = "\n".join(f"{m.author}: {m.text}" for m in messages)
+    metadata: dict[str, Any] = {
+        "channel": channel.name,
+        "channel_id": channel.id,
+        "private": channel.private,
+        "thread_ts": thread_ts,
+        "parent_kind": parent.kind,
+        "topic": topic,
+        "authors": sorted(people),
+        "participants": sorted(people | reactors, key=str.casefold),
+        "reactions": reactions,
+        "reaction_count": sum(reactions.values()),
+        "burst_message_count": len(messages),
+        "first_ts": first.ts,
+        "last_ts": last.ts,
+    }
+    if mark_bots:
+        metadata["bots"] = [author] if bot else []
+    return DocumentRow(
+        external_id=f"{parent.external_id}:burst:{first.ts}",
+        kind="burst",
+        title=f"#{channel.name}: {cut(first_line, TITLE_CHARS)}",
+        content="\n".join(transcript_line(m) for m in messages),
+        text=cut(f"#{channel.name} | {topic}\n{body}", EMBED_CHARS),
+        url=url,
+        path=channel.name,
+        position=position,
+        parent_external_id=parent.external_id,
+        metadata=metadata,
+        principals=channel_principals(channel),
+        created_at=ts_datetime(first.ts),
+        updated_at=ts_datetime(last.ts),
     )
 
 

@@ -1,11 +1,13 @@
-"""Live Slack: channels read through the Web API -> ``thread`` and ``conversation`` rows.
+"""Live Slack: channels read through the Web API -> ``thread``, ``conversation`` and ``burst`` rows.
 
 A full run (:meth:`SlackConnector.iter_rows`) backfills each configured channel: every page of
 ``conversations.history``, and ``conversations.replies`` for each message that has replies.
 Rows are the export connector's (``sources.connectors.slack_rows``): one ``thread`` row per
 thread (``<channel_id>:<thread_ts>``), other messages grouped into ``conversation`` rows
-(``<channel_id>:conv:<first_ts>``). A private channel (``conversations.info`` ``is_private``)
-gives its rows the principals ``slack:<user id>`` of its members (``conversations.members``).
+(``<channel_id>:conv:<first_ts>``), and ``burst`` rows inside either (``sources.distill``); a
+thread's embedded text is its distillation. A private channel (``conversations.info``
+``is_private``) gives its rows the principals ``slack:<user id>`` of its members
+(``conversations.members``).
 
 Live updates (:meth:`SlackConnector.refresh_thread`) re-fetch one whole thread and, when a
 message is or becomes a loose one, the conversations around it; the ingestion service writes
@@ -34,14 +36,15 @@ from sources.connectors.slack_rows import (
     SlackRenderer,
     channel_rows,
     collect_messages,
-    conversation_row,
+    conversation_rows,
     group_conversations,
     is_thread,
     split_threads,
-    thread_row,
+    thread_rows,
     ts_key,
     valid_ts,
 )
+from sources.distill import Distiller, source_distiller
 
 CHANNEL_CACHE_SECONDS = 60.0
 MAX_WINDOW_SECONDS = 14 * 24 * 3600  # the widest history window a live refresh reads around a message
@@ -54,7 +57,8 @@ _channel_cache_lock = threading.Lock()
 class ConversationWindow:
     """The conversation rows between ``lo_ts`` and ``hi_ts`` (inclusive) of one channel, as they are now.
 
-    Stored conversation rows of the channel overlapping that range and not among ``rows`` are stale.
+    ``rows`` holds the conversation rows and their ``burst`` rows. Stored conversation rows of
+    the channel overlapping that range and not among ``rows`` are stale (and so are their bursts).
     """
 
     channel_id: str
@@ -65,12 +69,14 @@ class ConversationWindow:
 
 @dataclass
 class ThreadRefresh:
-    """What one live refresh found: the thread's row (``None``: no thread any more) and, when
-    the thread's parent is or became a loose message, the conversation window around it."""
+    """What one live refresh found: the thread's row (``None``: no thread any more) with its
+    ``burst_rows``, and, when the thread's parent is or became a loose message, the conversation
+    window around it. Stored bursts of the thread not among ``burst_rows`` are stale."""
 
     thread_external_id: str
     thread_row: DocumentRow | None
     window: ConversationWindow | None
+    burst_rows: list[DocumentRow] = field(default_factory=list)
 
 
 class SlackConnector(Connector):
@@ -83,6 +89,12 @@ class SlackConnector(Connector):
     def __init__(self, config: dict[str, Any], *, include=None, exclude=None) -> None:
         super().__init__(config, include=include, exclude=exclude)
         self._client: SlackClient | None = None
+        self.distiller = Distiller()
+
+    def bind_source(self, *, tenant_id: int, source_id: int) -> None:
+        """Use the data source's term statistics and stored distillations (called by the
+        ingestion service before a run or a live refresh)."""
+        self.distiller = source_distiller(tenant_id=tenant_id, source_id=source_id)
 
     @property
     def client(self) -> SlackClient:
@@ -124,6 +136,7 @@ class SlackConnector(Connector):
                 gap_minutes=self.config.conversation_gap_minutes,
                 workspace_url=self.config.workspace_url,
                 mark_bots=True,
+                distiller=self.distiller,
             )
 
     def _backfill_messages(self, channel: SlackChannel, report: IngestReport) -> list[SlackMessage]:
@@ -162,13 +175,20 @@ class SlackConnector(Connector):
                 seen.add(message.ts)
                 group.append(message)
         external_id = f"{channel_id}:{thread_ts}"
-        row = None
+        row, bursts = None, []
         if group and is_thread(thread_ts, group):
-            row = thread_row(channel, thread_ts, group, workspace_url=self.config.workspace_url, mark_bots=True)
+            row, *bursts = thread_rows(
+                channel,
+                thread_ts,
+                group,
+                workspace_url=self.config.workspace_url,
+                mark_bots=True,
+                distiller=self.distiller,
+            )
         window = None
         if row is None or not had_thread_row:
             window = self.conversation_window(channel, thread_ts)
-        return ThreadRefresh(thread_external_id=external_id, thread_row=row, window=window)
+        return ThreadRefresh(thread_external_id=external_id, thread_row=row, window=window, burst_rows=bursts)
 
     def conversation_window(self, channel: SlackChannel, ts: str) -> ConversationWindow:
         """The conversation rows around ``ts``, read from ``conversations.history``.
@@ -205,7 +225,13 @@ class SlackConnector(Connector):
         if first is None or last is None:
             return ConversationWindow(channel_id=channel.id, lo_ts=ts, hi_ts=ts)
         chosen = groups[groups.index(first) : groups.index(last) + 1]
-        rows = [conversation_row(channel, g, workspace_url=self.config.workspace_url, mark_bots=True) for g in chosen]
+        rows = [
+            row
+            for g in chosen
+            for row in conversation_rows(
+                channel, g, workspace_url=self.config.workspace_url, mark_bots=True, distiller=self.distiller
+            )
+        ]
         lo_ts = min(first[0].ts, ts, key=ts_key)
         hi_ts = max(last[-1].ts, ts, key=ts_key)
         return ConversationWindow(channel_id=channel.id, lo_ts=lo_ts, hi_ts=hi_ts, rows=rows)

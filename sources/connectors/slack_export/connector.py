@@ -1,4 +1,4 @@
-"""Slack workspace export -> ``thread`` and ``conversation`` rows.
+"""Slack workspace export -> ``thread``, ``conversation`` and ``burst`` rows.
 
 A Slack export (folder or ZIP) holds ``channels.json`` (public channels), optionally
 ``groups.json`` (private channels) and ``users.json``, and one folder per channel with one file
@@ -8,10 +8,13 @@ per day, ``<channel>/<YYYY-MM-DD>.json``, each a JSON list of messages. Rows:
   later day files), ``external_id = "<channel_id>:<thread_ts>"``;
 - ``conversation``: consecutive messages outside threads in one channel, each within
   ``conversation_gap_minutes`` of the previous one, ``external_id =
-  "<channel_id>:conv:<first_ts>"``.
+  "<channel_id>:conv:<first_ts>"``;
+- ``burst``: a run of one author's messages inside either that passes the weighted threshold,
+  ``external_id = "<parent external id>:burst:<first_ts>"`` (``sources.distill``).
 
-System noise (joins, leaves, topic/purpose/name changes, pins, integrations) is dropped; file
-shares and file comments are kept with the file names. Everything is derived from the export
+A thread's embedded text is its distillation (``metadata["distilled"]``). System noise (joins,
+leaves, topic/purpose/name changes, pins, integrations) is dropped; file shares and file
+comments are kept with the file names. Everything is derived from the export
 alone, so the same export gives the same ids and contents on every run. Rendering and grouping
 are shared with the live ``slack`` connector (``sources.connectors.slack_rows``).
 """
@@ -33,6 +36,7 @@ from sources.connectors.slack_rows import (
     collect_messages,
     ts_key,
 )
+from sources.distill import Distiller, source_distiller
 
 
 class SlackExportConnector(Connector):
@@ -44,6 +48,16 @@ class SlackExportConnector(Connector):
     kind = "slack_export"
     config_model = SlackExportConfig
     config: SlackExportConfig
+
+    def __init__(self, config: dict[str, Any], *, include=None, exclude=None) -> None:
+        super().__init__(config, include=include, exclude=exclude)
+        self.distiller = Distiller()
+
+    def bind_source(self, *, tenant_id: int, source_id: int) -> None:
+        """Use the data source's term statistics and stored distillations (the ingestion service
+        calls this before a run; unbound, bursts use the no-statistics heuristic and every thread
+        is distilled afresh)."""
+        self.distiller = source_distiller(tenant_id=tenant_id, source_id=source_id)
 
     def iter_rows(self, report: IngestReport) -> Iterator[DocumentRow]:
         """Yield one ``thread`` row per thread and ``conversation`` rows for the other messages.
@@ -167,4 +181,5 @@ class SlackExportConnector(Connector):
             messages,
             gap_minutes=self.config.conversation_gap_minutes,
             workspace_url=self.config.workspace_url,
+            distiller=self.distiller,
         )
