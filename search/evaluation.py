@@ -140,8 +140,11 @@ def score_question(question: Question, hits: list[Hit], latency_ms: float) -> Qu
     )
 
 
-def evaluate(questions: list[Question], scope: QueryScope, *, rankers=None, limit: int = 10) -> dict[str, Any]:
-    """Run every question with gold items through ``hybrid_search``; returns the report dict.
+def evaluate(
+    questions: list[Question], scope: QueryScope, *, rankers=None, limit: int = 10, rerank: bool = True
+) -> dict[str, Any]:
+    """Run every question with gold items through ``hybrid_search`` (as the ``search`` tool does:
+    with ``rerank``, near-duplicates collapsed and the top 20 reranked); returns the report dict.
 
     ``report["by_type"][type]`` and ``report["overall"]`` hold n, recall@1/3/10, MRR, nDCG@10;
     ``report["latency_ms"]`` p50/p95 of search time; ``report["questions"]`` per-question rows.
@@ -152,7 +155,7 @@ def evaluate(questions: list[Question], scope: QueryScope, *, rankers=None, limi
         if not q.gold:
             continue
         t0 = time.perf_counter()
-        hits = hybrid_search(q.text, scope, limit=limit, **kwargs).hits
+        hits = hybrid_search(q.text, scope, limit=limit, rerank=rerank, **kwargs).hits
         results.append(score_question(q, hits, (time.perf_counter() - t0) * 1000))
 
     def summary(rows: list[QuestionResult]) -> dict[str, float]:

@@ -38,6 +38,7 @@ from pydantic import BaseModel, Field
 
 from projects.selectors import ApiTokenRejected, ScopeNotFound, api_token_authenticate
 from projects.services import api_token_touch
+from search.llm import without_llm
 from search.pipeline.evidence import Evidence
 from search.retrieval import EmptyQuery
 from search.tools.base import run_tool
@@ -127,7 +128,8 @@ def evidence_for_token(raw_token: str, *, tool: str, query: str, limit: int, pro
     """
     scope = _authorized_scope(raw_token, project)
     try:
-        rows = run_tool(tool, query=query, scope=scope, limit=min(max(limit, 1), MAX_LIMIT))
+        with without_llm():  # the MCP tools never call an LLM (no reranking by one either)
+            rows = run_tool(tool, query=query, scope=scope, limit=min(max(limit, 1), MAX_LIMIT))
     except EmptyQuery as exc:
         raise ToolError(str(exc)) from exc
     return EvidenceResults(project=scope.project_slug, results=[_item(n, ev) for n, ev in enumerate(rows, 1)])

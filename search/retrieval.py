@@ -111,6 +111,7 @@ class Hit:
     ranks: dict[str, int] = field(default_factory=dict)
     similarity: float | None = None  # cosine similarity from the dense ranker, when it ranked the row
     context: str = ""  # neighbouring context (adjacent sections, enclosing signature, parent thread)
+    duplicates: list[str] = field(default_factory=list)  # external ids of near-duplicates folded into it
 
     @property
     def link(self) -> str:
@@ -130,6 +131,7 @@ class SearchResult:
     hits: list[Hit]
     timings_ms: dict[str, float]
     rankers: tuple[str, ...]
+    reranked_by: str = ""  # "llm", "fusion", "fusion (llm failed)"; empty without rerank
 
 
 def scope_where_sql(scope: QueryScope, kinds: Sequence[str] | None) -> tuple[str, dict[str, Any]]:
@@ -157,6 +159,7 @@ MAX_TERM_DF = 5000  # ... and so is one in more than 5,000 rows (IDF < 3 at 100k
 KEEP_RAREST = 3  # ... unless every lexeme is that common: then the rarest few are kept
 RARE_IDF = 4.0  # the design's rare-token threshold: ln(N / df) >= 4.0
 MAX_RARE_TERMS = 8
+RERANK_POOL = 20  # hits the reranker reorders (search.rerank.RERANK_CANDIDATES)
 ALL_TERMS_BUDGET = 2000  # rows holding every term join the champion candidates when about this many
 
 
@@ -662,11 +665,14 @@ def hybrid_search(
     rankers: Sequence[str] = ALL_RANKERS,
     per_group: int = 3,
     expand: bool = True,
+    rerank: bool = False,
 ) -> SearchResult:
     """Search the scope's rows: lexical + dense rankings, RRF-fused, merged, capped per file.
 
-    Returns at most ``limit`` hits, best first, with timings in milliseconds. Raises
-    ``EmptyQuery`` for a blank question. Runs inside the scope's tenant context (opens one).
+    With ``rerank``, near-duplicates are then collapsed and the top 20 reranked
+    (``search.rerank``: one LLM call when configured, else the fusion order). Returns at most
+    ``limit`` hits, best first, with timings in milliseconds. Raises ``EmptyQuery`` for a blank
+    question. Runs inside the scope's tenant context (opens one).
     """
     query = clean_query(query)
     timings: dict[str, float] = {}
@@ -738,13 +744,24 @@ def hybrid_search(
         hit.similarity = similarities.get(doc_id)
         hits.append(hit)
     hits.sort(key=lambda h: (-h.score, h.document_id))
-    hits = merge_and_cap(hits, per_group=per_group)[:limit]
+    hits = merge_and_cap(hits, per_group=per_group)
+    reranked_by = ""
+    if rerank:
+        from search.rerank import collapse_near_duplicates
+        from search.rerank import rerank as rerank_hits
+
+        t0 = time.perf_counter()
+        # Enough hits that 20 distinct ones remain after the collapse, in all but odd cases.
+        pool = collapse_near_duplicates(hits[: 2 * max(RERANK_POOL, limit)])
+        hits, reranked_by = rerank_hits(query, pool, limit=limit)
+        timings["rerank"] = (time.perf_counter() - t0) * 1000
+    hits = hits[:limit]
     if expand:
         t0 = time.perf_counter()
         with tenant_context(scope.tenant_id, user_id=scope.user_id):
             expand_context(hits, scope)
         timings["context"] = (time.perf_counter() - t0) * 1000
-    return SearchResult(hits=hits, timings_ms=timings, rankers=tuple(rankers))
+    return SearchResult(hits=hits, timings_ms=timings, rankers=tuple(rankers), reranked_by=reranked_by)
 
 
 _CODE_WORDS = re.compile(

@@ -18,12 +18,13 @@ HISTORY_KINDS = ("commit", "pr")
 @register("search", "Hybrid search over everything the project indexed (docs, code, threads, commits).")
 def search(*, query: str, scope: QueryScope, limit: int = 10) -> list[Evidence]:
     """Top ``limit`` hits of the hybrid search as evidence (unnumbered)."""
-    return [evidence_from_hit(h, tool="search") for h in hybrid_search(query, scope, limit=limit).hits]
+    hits = hybrid_search(query, scope, limit=limit, rerank=True).hits
+    return [evidence_from_hit(h, tool="search") for h in hits]
 
 
 @register("search_slack", "Search Slack threads and conversations only.")
 def search_slack(*, query: str, scope: QueryScope, limit: int = 10) -> list[Evidence]:
-    hits = hybrid_search(query, scope, limit=limit, kinds=SLACK_KINDS).hits
+    hits = hybrid_search(query, scope, limit=limit, kinds=SLACK_KINDS, rerank=True).hits
     return [evidence_from_hit(h, tool="search_slack") for h in hits]
 
 

@@ -1,4 +1,4 @@
-"""``manage.py kb_eval --set fastapi|erb [--questions FILE] [--json] [--rankers LIST] [--answers]``.
+"""``manage.py kb_eval --set fastapi|erb [--questions FILE] [--json] [--rankers LIST] [--no-rerank] [--answers]``.
 
 Indexes the set's corpus into a dedicated evaluation tenant (``eval-<set>``) first; re-runs are
 idempotent and re-embed nothing unless the corpus changed. Then reports recall@1/3/10, MRR and
@@ -82,11 +82,25 @@ class Command(BaseCommand):
         )
         parser.add_argument("--skip-index", action="store_true", help="use the index as it is")
         parser.add_argument(
+            "--no-rerank",
+            action="store_true",
+            help="skip the near-duplicate collapse and the reranker (fusion order; the ablation)",
+        )
+        parser.add_argument(
             "--answers", action="store_true", help="evaluate whole answers (declines, facts, citations, latency)"
         )
 
     def handle(
-        self, *args, set_name, questions=None, json=False, rankers=None, skip_index=False, answers=False, **options
+        self,
+        *args,
+        set_name,
+        questions=None,
+        json=False,
+        rankers=None,
+        skip_index=False,
+        answers=False,
+        no_rerank=False,
+        **options,
     ):
         qpath = Path(questions) if questions else SHARED / "eval" / set_name / "questions.jsonl"
         try:
@@ -111,7 +125,7 @@ class Command(BaseCommand):
             else:
                 self._print_answers(report)
             return
-        report = evaluate(qs, scope, rankers=ranker_list)
+        report = evaluate(qs, scope, rankers=ranker_list, rerank=not no_rerank)
         report["set"] = set_name
         report["questions_file"] = str(qpath)
         if json:
