@@ -93,6 +93,12 @@ _SELF_FIX = re.compile(
     r"the (?:fix|solution|problem|issue|cause) was|turn(?:s|ed) out|works now|resolved it)\b",
     re.IGNORECASE,
 )
+# The asker says how it was fixed: an answer however short ("fixed by pinning the image").
+_SELF_FIX_HOW = re.compile(
+    r"\b((?:fixed|solved|resolved) (?:it |this |that )?(?:by|with|via)|the (?:fix|solution|cause) (?:was|is)|"
+    r"turn(?:s|ed) out)\b",
+    re.IGNORECASE,
+)
 _NEGATION = re.compile(
     r"\b(didn'?t|doesn'?t|does not|did not|not|no luck|still (?:get|fail|broken|see)|isn'?t|won'?t|can'?t)\b",
     re.IGNORECASE,
@@ -294,7 +300,9 @@ def _resolution(messages: list[SlackMessage], asker: str, root: SlackMessage | N
     for i, m in enumerate(replies):
         if m.author != asker or _NEGATION.search(m.text):
             continue
-        if _SELF_FIX.search(m.text) and is_substantive(m.text) and len(_collapse(m.text)) >= 60:
+        if _SELF_FIX_HOW.search(m.text) or (
+            _SELF_FIX.search(m.text) and is_substantive(m.text) and len(_collapse(m.text)) >= 60
+        ):
             signals.append((i, m, "the asker's own fix"))
         elif _ACK_WORKED.search(m.text) or _SELF_FIX.search(m.text):
             answer = next(
@@ -599,7 +607,7 @@ class Distiller:
         key = messages_key(messages, salt=salt)
         previous = self.stored(channel_id, external_id).get("distilled")
         if isinstance(previous, dict) and previous.get("key") == key:
-            return previous
+            return _canonical(previous)
         distilled = distill_rules(messages, channel=channel, root=root)
         method = "rules"
         error = ""
@@ -620,7 +628,7 @@ class Distiller:
         distilled = {**distilled, "method": method, "key": key}
         if error:
             distilled["llm_error"] = error
-        return distilled
+        return _canonical(distilled)
 
     def bursts(
         self,
@@ -644,9 +652,9 @@ class Distiller:
         if isinstance(previous, dict) and previous.get("key") == key and isinstance(previous.get("starts"), list):
             starts = set(previous["starts"])
             chosen = [run for run in candidates if run.first_ts in starts]
-            return chosen, previous
+            return chosen, _canonical(previous)
         chosen = self.select(candidates, messages)
-        return chosen, {"key": key, "starts": [run.first_ts for run in chosen]}
+        return chosen, _canonical({"key": key, "starts": [run.first_ts for run in chosen]})
 
     def select(self, runs: list[Run], messages: list[SlackMessage]) -> list[Run]:
         """The runs that pass the weighted threshold (module docstring), in order."""
@@ -669,6 +677,12 @@ class Distiller:
                 rare = {id(run) for run in open_runs if _heuristic_rare(run, messages, names)}
             chosen.update(i for i, run in enumerate(runs) if id(run) in rare)
         return [run for i, run in enumerate(runs) if i in chosen]
+
+
+def _canonical(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its keys sorted: a fresh dict and one read back from JSONB (which reorders
+    keys) then give the same ``repr``, so the row's content hash does not change."""
+    return dict(sorted(data.items()))
 
 
 def source_distiller(*, tenant_id: int, source_id: int) -> Distiller:
