@@ -134,8 +134,14 @@ def _rows(prefix: str, marker: str, owner_pk: int) -> list[dict]:
     ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def iso(django_db_setup, django_db_blocker) -> Iso:
+    """Tenants ``iso-a`` and ``iso-b``, committed: they live as long as the run's test database.
+
+    Session scope, like that database: pytest-django runs database tests first, which splits this
+    module's tests in two when other files run in the same session; a module-scoped fixture was
+    then torn down between the halves and set up again over its own committed rows.
+    """
     from kbportal.tenancy import tenant_context
     from projects.models import Membership, Project
     from projects.services import (
