@@ -433,24 +433,42 @@ SYMBOL_WORDS_SQL = (
 )
 
 
+def compound_splits(lexemes: Iterable[str], *, min_part: int = 3) -> list[str]:
+    """Every split of each alphabetic lexeme into two parts of at least ``min_part`` letters,
+    as "left right" strings: ``websocket`` -> ``web socket``, ``webs ocket``, ... (a code name
+    writes as two words what prose writes as one)."""
+    splits = []
+    for lexeme in lexemes:
+        if lexeme.isalpha() and len(lexeme) >= 2 * min_part:
+            splits.extend(f"{lexeme[:i]} {lexeme[i:]}" for i in range(min_part, len(lexeme) - min_part + 1))
+    return splits
+
+
 def symbol_name_ranking(
     scope: QueryScope, *, terms: QueryTerms, kinds: Sequence[str], limit: int = CANDIDATES_PER_RANKER
 ) -> list[int]:
     """Code definitions whose *name's words* the question uses, the best-covered names first.
 
-    ``WebSocketRequestValidationError`` is read as "web socket request validation error";
-    ranked by ``ts_rank`` normalised by the name's distinct words (flag 8), so a question
-    using most of a short name's words ranks that definition high.
+    ``WebSocketRequestValidationError`` is read as "web socket request validation error", and a
+    question's "websocket" also matches its adjacent "web socket" (``compound_splits``); ranked
+    by ``ts_rank`` with length normalisation 1 (divide by 1 + ln(words in the name)), so a name
+    matching more of the question wins over a shorter one matching less, and among names
+    matching as much the shorter wins.
     """
     lexemes = [lx for lx in terms.lexemes if terms.df.get(lx)]
     if not lexemes:
         return []
     where, params = scope_where_sql(scope, kinds)
-    params.update(q=_tsquery_literal(lexemes), limit=limit)
+    params.update(q=_tsquery_literal(lexemes), compounds=compound_splits(terms.lexemes), limit=limit)
+    # A question's "websocket" also matches a name's adjacent words "web socket" (WebSocket...).
+    query = """(%(q)s::tsquery || coalesce((
+        SELECT string_agg(phraseto_tsquery('english', c)::text, ' | ')
+        FROM unnest(%(compounds)s::text[]) AS c WHERE numnode(phraseto_tsquery('english', c)) = 3
+    )::tsquery, ''::tsquery))"""
     sql = f"""
         SELECT d.id FROM sources_document d
-        WHERE {where} AND d.metadata ? 'symbol' AND {SYMBOL_WORDS_SQL} @@ %(q)s::tsquery
-        ORDER BY ts_rank({SYMBOL_WORDS_SQL}, %(q)s::tsquery, 8) DESC, d.start_line NULLS LAST, d.id
+        WHERE {where} AND d.metadata ? 'symbol' AND {SYMBOL_WORDS_SQL} @@ {query}
+        ORDER BY ts_rank({SYMBOL_WORDS_SQL}, {query}, 1) DESC, d.start_line NULLS LAST, d.id
         LIMIT %(limit)s
     """
     with connection.cursor() as cursor:

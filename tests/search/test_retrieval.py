@@ -217,6 +217,7 @@ def test_symbol_name_ranker_reads_the_words_of_definition_names(make_tenant, set
         chunk("HTTPException", "class HTTPException(Exception): raised for an error response"),
         chunk("WebSocketRequestValidationError", "class WebSocketRequestValidationError(ValidationException): pass"),
         chunk("APIRoute", "class APIRoute: a route with request validation of its body"),
+        chunk("ValidationError", "class ValidationError(Exception): pass"),
     ]
     source = source_create(
         tenant_id=t.tenant.pk, kind="test_rows", name="Code", config={"rows": rows}, project_ids=[t.project.pk]
@@ -230,6 +231,11 @@ def test_symbol_name_ranker_reads_the_words_of_definition_names(make_tenant, set
     names = [external[i] for i in ranked]
     assert names[0] == "errors.py#WebSocketRequestValidationError"
     assert "errors.py#HTTPException" not in names  # no word of its name is asked for
+    # Prose writes "websocket" as one word; the name's adjacent words "web socket" still match.
+    question = "Which error is raised when a websocket message fails validation?"
+    with tenant_context(scope.tenant_id):
+        ranked = symbol_name_ranking(scope, terms=query_terms(question, scope), kinds=["code_chunk"])
+    assert external[ranked[0]] == "errors.py#WebSocketRequestValidationError"
     # The planner can only use the expression index when the query's expression is the index's.
     migration = importlib.import_module("sources.migrations.0008_symbol_words_index")
     assert SYMBOL_WORDS_SQL.replace("d.metadata", "metadata") == migration.EXPRESSION
