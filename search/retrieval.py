@@ -35,6 +35,7 @@ RRF_K = 60
 CANDIDATES_PER_RANKER = 50
 FILE_KINDS = {"code_file", "doc_page"}
 CHUNK_KINDS = {"code_chunk", "doc_section"}
+PARENT_KINDS = FILE_KINDS | {"thread", "conversation"}  # rows whose children (chunks, bursts) they merge into
 ALL_RANKERS = ("lexical", "dense", "symbol")
 # Opt-in (``rankers=(..., "rare", "recency")``), measured on both evaluation sets: the rare-term
 # IDF list lowered MRR (FastAPI 0.731 -> 0.708, ERB 0.936 -> 0.911) while raising recall@3;
@@ -123,6 +124,8 @@ class Hit:
         """What the hit merges into: its file or page (by path), else the row itself."""
         if self.path and (self.kind in FILE_KINDS or self.kind in CHUNK_KINDS):
             return f"{self.source_id}:{self.path}"
+        if self.kind == "burst" and self.parent_id:
+            return f"doc:{self.parent_id}"  # a burst merges with its thread or conversation
         return f"doc:{self.document_id}"
 
 
@@ -588,7 +591,8 @@ def _load_hits(ids: Iterable[int]) -> dict[int, Hit]:
 
 
 def merge_and_cap(hits: list[Hit], *, per_group: int = 3) -> list[Hit]:
-    """Merge file-level rows into their best chunk and keep at most ``per_group`` hits per file.
+    """Merge file-level rows into their best chunk (a thread or conversation into its best
+    burst) and keep at most ``per_group`` hits per file or thread.
 
     ``hits`` must be sorted by descending score; the output keeps that order (scores of merged
     file rows are added to the chunk they merge into, then the list is re-sorted).
@@ -598,8 +602,8 @@ def merge_and_cap(hits: list[Hit], *, per_group: int = 3) -> list[Hit]:
         by_group[hit.group_key].append(hit)
     out: list[Hit] = []
     for group in by_group.values():
-        chunks = [h for h in group if h.kind not in FILE_KINDS]
-        files = [h for h in group if h.kind in FILE_KINDS]
+        chunks = [h for h in group if h.kind not in PARENT_KINDS]
+        files = [h for h in group if h.kind in PARENT_KINDS]
         if chunks and files:
             best = chunks[0]
             for f in files:
