@@ -15,7 +15,13 @@ and a ``login.refused`` audit event:
 - an email domain that is not one of the provider's tenant's domains (``domain_not_allowed``;
   the audit event's ``domain_tenant`` names the tenant that claims it, if any, the page does not);
 - an email of an existing staff or superuser account (``operator_account``): a tenant's provider
-  never takes over the operator's console.
+  never takes over the operator's console;
+- an email that the existing account it would be linked to only asserted itself (an unverified
+  address added at ``/accounts/email/``, ``email_unclaimed``): whoever added it would get the
+  provider's person, and the membership the login grants.
+
+Nobody signs up at ``/accounts/signup/`` (:meth:`SsoAccountAdapter.is_open_for_signup`): accounts
+come from operators, ``tenant_onboard`` and admitted SSO logins only.
 
 An admitted login of a new person creates the user, a membership with the binding's
 ``default_role`` and their default project (the tenant's oldest project they may read), and
@@ -48,6 +54,7 @@ from typing import Any
 
 import requests
 from allauth.account.adapter import DefaultAccountAdapter
+from allauth.account.models import EmailAddress
 from allauth.account.internal.flows.login import AUTHENTICATION_METHODS_SESSION_KEY
 from allauth.core.exceptions import ImmediateHttpResponse
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
@@ -86,6 +93,8 @@ REFUSAL_MESSAGES = {
     "Sign in with your own organization's provider, or ask your administrator to add the domain.",
     "operator_account": "{email} belongs to an operator account of this portal, which signs in with its "
     "password, never through an organization's provider.",
+    "email_unclaimed": "An account of this portal lists {email} without having verified it, so we cannot "
+    "tell whose it is. Ask your administrator to remove the address from that account, then sign in again.",
 }
 
 
@@ -316,6 +325,11 @@ class TenantSocialAccountAdapter(DefaultSocialAccountAdapter):
     - :meth:`on_authentication_error`: a failed provider round trip is ``login.failed``.
     """
 
+    def is_open_for_signup(self, request: HttpRequest, sociallogin: SocialLogin) -> bool:
+        # A login reaching signup was admitted by pre_social_login; the account adapter closes
+        # the password signup form only.
+        return True
+
     def list_providers(self, request: HttpRequest) -> list:
         providers = super().list_providers(request)
         bound = identity_providers_for_apps(p.app.pk for p in providers if getattr(p, "app", None) and p.app.pk)
@@ -332,6 +346,13 @@ class TenantSocialAccountAdapter(DefaultSocialAccountAdapter):
         user = sociallogin.user
         if decision.admitted and user is not None and user.pk is not None and (user.is_staff or user.is_superuser):
             decision = dataclasses.replace(decision, reason="operator_account")
+        matched = getattr(sociallogin, "_did_authenticate_by_email", None)
+        if decision.admitted and matched and user is not None and user.pk is not None:
+            # Linked by email: only to an account that did not assert the address itself. An
+            # operator-made account (User.email, no address row) or a verified address is trusted;
+            # an unverified address row was typed in by the account's holder (signup, /accounts/email/).
+            if EmailAddress.objects.filter(user=user, email__iexact=matched, verified=False).exists():
+                decision = dataclasses.replace(decision, reason="email_unclaimed")
         if not decision.admitted:
             audit_record(
                 action="login.refused",
@@ -412,6 +433,11 @@ class SsoAccountAdapter(DefaultAccountAdapter):
     """django-allauth's account adapter; after logging out of a session that signed in through a
     provider with ``logout_at_provider``, the browser goes on to the provider's logout
     (:func:`sso_end_session_url`)."""
+
+    def is_open_for_signup(self, request: HttpRequest) -> bool:
+        # No self-service accounts: a stranger's account holding someone's email would be linked
+        # to that person's first SSO login (SOCIALACCOUNT_EMAIL_AUTHENTICATION).
+        return False
 
     def get_logout_redirect_url(self, request: HttpRequest) -> str:
         url = super().get_logout_redirect_url(request)

@@ -75,9 +75,18 @@ Reply with JSON only: {"scores": [score of candidate 1, score of candidate 2, ..
 candidate, in candidate order)."""
 
 
+def _prompt_safe(text: str) -> str:
+    """One line of document text for the prompt: whitespace collapsed (no line of it can pass for
+    a candidate header), its own ``[n]`` as ``(n)`` and ``Question:`` defused, as in the
+    synthesizer's evidence blocks."""
+    from search.pipeline.synthesizer import _quote
+
+    return _quote(" ".join((text or "").split())).replace("Question:", "Question -")
+
+
 def _candidate_block(n: int, hit) -> str:
-    text = " ".join((hit.content or hit.text or "").split())[:CANDIDATE_CHARS]
-    return f"[{n}] {hit.title}\n    {text}"
+    text = _prompt_safe((hit.content or hit.text or "")[: CANDIDATE_CHARS * 2])[:CANDIDATE_CHARS]
+    return f"[{n}] {_prompt_safe(hit.title)[:300]}\n    {text}"
 
 
 def llm_scores(question: str, hits: Sequence) -> list[float] | None:
