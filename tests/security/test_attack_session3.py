@@ -240,3 +240,40 @@ def test_private_url_forms_are_refused(url, settings):
     settings.KB_ALLOW_PRIVATE_URLS = False
     with pytest.raises(netcheck.PrivateAddressError):
         netcheck.check_url(url, field="base_url")
+
+
+# ---------- Jira / Confluence restrictions fail closed ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "restrictions",
+    [
+        {"read": {"operation": "read", "_expandable": {"restrictions": "/rest/api/content/1/restriction"}}},
+        {"read": {"operation": "read", "restrictions": {}}},
+        {"read": {"restrictions": {"user": {"_expandable": {"results": ""}}, "group": {"results": []}}}},
+        {"read": {"restrictions": {"user": [{"email": "a@x.example"}], "group": {"results": []}}}},
+        {"read": {"restrictions": {"user": {"results": []}, "group": {"results": "admins"}}}},
+    ],
+)  # fmt: skip
+def test_confluence_unreadable_restriction_is_malformed_never_open(restrictions):
+    from sources.connectors.confluence.connector import MalformedPage, read_restriction
+
+    with pytest.raises(MalformedPage):
+        read_restriction(restrictions)
+
+
+def test_confluence_unrestricted_and_restricted_shapes_still_read():
+    from sources.connectors.confluence.connector import read_restriction
+
+    empty = {"results": [], "start": 0, "limit": 200, "size": 0}
+    assert read_restriction({"read": {"restrictions": {"user": empty, "group": empty}}}) is None
+    one = {"read": {"restrictions": {"user": {"results": [{"email": "A@x.example"}]}, "group": empty}}}
+    assert read_restriction(one) == frozenset({"email:a@x.example"})
+
+
+@pytest.mark.parametrize("security", [{"id": "10001", "self": "https://jira.example/x"}, "10001", {"name": ""}])
+def test_jira_issue_with_an_unnamed_security_level_stays_closed(security):
+    from sources.connectors.jira.connector import _security_level
+
+    assert _security_level(security), f"security {security!r} read as no level: the issue would be open"
+    assert _security_level(None) == "" and _security_level({"name": "Staff"}) == "Staff"

@@ -296,9 +296,19 @@ def read_restriction(restrictions: Any) -> frozenset[str] | None:
     read = restrictions.get("read") if isinstance(restrictions, dict) else None
     if not isinstance(read, dict):
         raise MalformedPage("no 'restrictions.read'")
-    inner = read.get("restrictions") if isinstance(read.get("restrictions"), dict) else {}
-    users = ((inner.get("user") or {}).get("results")) or []
-    groups = ((inner.get("group") or {}).get("results")) or []
+    # Fail closed on any other shape: a page whose restriction cannot be read is skipped, never
+    # stored as open (a server that ignored the deep expand answers read without its lists).
+    inner = read.get("restrictions")
+    if not isinstance(inner, dict):
+        raise MalformedPage("no 'restrictions.read.restrictions' (were its user and group expanded?)")
+    lists = []
+    for kind in ("user", "group"):
+        block = inner.get(kind)
+        results = block.get("results") if isinstance(block, dict) else None
+        if not isinstance(results, list):
+            raise MalformedPage(f"no 'restrictions.read.restrictions.{kind}.results' list")
+        lists.append(results)
+    users, groups = lists
     allowed = {p for p in (user_principal(u) for u in users) if p}
     allowed |= {f"group:{g['name']}" for g in groups if isinstance(g, dict) and g.get("name")}
     if not users and not groups:

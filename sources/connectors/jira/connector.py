@@ -223,7 +223,7 @@ class JiraConnector(Connector):
             reporter=person(fields.get("reporter")),
             labels=[str(v) for v in fields.get("labels") or [] if v],
             components=[_name(c) for c in fields.get("components") or [] if _name(c)],
-            security_level=_name(fields.get("security")),
+            security_level=_security_level(fields.get("security")),
             created=parse_time(fields.get("created")),
             updated=parse_time(fields.get("updated")),
         )
@@ -447,6 +447,18 @@ def _name(value: Any, key: str = "name") -> str:
     if isinstance(value, dict):
         return str(value.get(key) or value.get("name") or value.get("value") or "").strip()
     return str(value).strip() if isinstance(value, str) else ""
+
+
+def _security_level(value: Any) -> str:
+    """The issue's security level name; a level present but unnamed (an object with only an id, a
+    bare id) is still a level, named by what it has, so the issue stays closed rather than open."""
+    if value is None or value == "" or value == {}:
+        return ""
+    name = _name(value)
+    if name:
+        return name
+    ident = value.get("id") if isinstance(value, dict) else value
+    return f"id:{ident}" if isinstance(ident, (str, int)) and str(ident).strip() else "unnamed"
 
 
 def _shown_name(author: str) -> str:
