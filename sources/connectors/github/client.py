@@ -19,31 +19,22 @@ from typing import Any
 
 import requests
 
-from sources.connectors.base import ConnectorError
+from sources.connectors.http import RestClient, RestError, RestRateLimited, shown
 
 API_VERSION = "2022-11-28"
-SERVER_ERROR_RETRIES = 2
 SECONDARY_LIMIT_DEFAULT_WAIT = 60.0  # GitHub: "wait for at least one minute" when no header says how long
 
 
-class GitHubError(ConnectorError):
+class GitHubError(RestError):
     """A REST call failed; ``status`` is the HTTP status (0 when no answer came)."""
 
-    def __init__(self, message: str, *, status: int = 0) -> None:
-        super().__init__(message)
-        self.status = status
 
-
-class GitHubRateLimited(GitHubError):
+class GitHubRateLimited(GitHubError, RestRateLimited):
     """Still rate limited after the retries, or the reset is further away than allowed;
     ``retry_after`` is GitHub's wait in seconds."""
 
-    def __init__(self, message: str, *, status: int, retry_after: float) -> None:
-        super().__init__(message, status=status)
-        self.retry_after = retry_after
 
-
-class GitHubClient:
+class GitHubClient(RestClient):
     """Paginated, rate-limit-aware GETs against one GitHub REST API root.
 
     ``base_url``: ``https://api.github.com`` or ``https://ghe.example/api/v3`` (no trailing
@@ -52,6 +43,10 @@ class GitHubClient:
     rate-limit wait; ``retries``: rate-limited answers one request absorbs. ``sleep`` is how the
     client waits (seconds). ``waited_seconds`` adds up the time spent waiting for rate limits.
     """
+
+    error = GitHubError
+    rate_limited_error = GitHubRateLimited
+    server_error_statuses = (502, 503, 504)
 
     def __init__(
         self,
@@ -64,27 +59,28 @@ class GitHubClient:
         timeout: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._token = token or ""
-        self.page_size = page_size
-        self.max_wait_seconds = max_wait_seconds
-        self.retries = retries
-        self.timeout = timeout
-        self._sleep = sleep
-        self.waited_seconds = 0.0
-        self.requests_made = 0
-        self.session = requests.Session()
-        self.session.headers.update(
-            {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": API_VERSION, "User-Agent": "kbportal"}
+        headers = {
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": API_VERSION,
+            "User-Agent": "kbportal",
+        }
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        super().__init__(
+            base_url=base_url,
+            product="GitHub",
+            headers=headers,
+            secrets=[token or ""],
+            max_wait_seconds=max_wait_seconds,
+            retries=retries,
+            timeout=timeout,
+            sleep=sleep,
         )
-        if self._token:
-            self.session.headers["Authorization"] = f"Bearer {self._token}"
+        self.page_size = page_size
 
     def redact(self, text: str) -> str:
         """``text`` with the token (and anything shaped like a GitHub token) replaced by ``***``."""
-        if self._token:
-            text = text.replace(self._token, "***")
-        return redact_tokens(text)
+        return redact_tokens(super().redact(text))
 
     def get(self, path: str, **params: Any) -> requests.Response:
         """One GET of ``path`` (``/repos/...``, or an absolute URL from a ``Link`` header).
@@ -93,41 +89,32 @@ class GitHubClient:
         :class:`GitHubRateLimited`, or :class:`GitHubError` with the status and GitHub's
         ``message`` (token redacted).
         """
-        url = path if path.startswith(("https://", "http://")) else f"{self.base_url}{path}"
-        limited = server_errors = 0
-        while True:
+        return self.get_response(path, params)
+
+    def rate_limit_wait(self, response: requests.Response, limited_before: int) -> float | None:
+        """Seconds to wait when the answer is a rate limit, else ``None``.
+
+        A 403 counts only with ``Retry-After`` or ``X-RateLimit-Remaining: 0`` (any other 403 is a
+        permission error, unless its message speaks of a rate limit); a 429 always does.
+        """
+        if response.status_code not in (403, 429):
+            return None
+        headers = response.headers
+        retry_after = headers.get("Retry-After")
+        if retry_after is not None:
             try:
-                self.requests_made += 1
-                response = self.session.get(url, params=params or None, timeout=self.timeout)
-            except requests.RequestException as exc:
-                raise GitHubError(
-                    self.redact(f"GitHub GET {_shown(url)} failed: {type(exc).__name__}: {exc}")
-                ) from None
-            status = response.status_code
-            if status < 300:
-                return response
-            wait = _rate_limit_wait(response)
-            if wait is not None:
-                limited += 1
-                if limited > self.retries or wait > self.max_wait_seconds:
-                    raise GitHubRateLimited(
-                        self.redact(
-                            f"GitHub GET {_shown(url)}: rate limited (HTTP {status}) for {wait:.0f} s more "
-                            f"(after {limited - 1} waits; at most {self.max_wait_seconds:.0f} s a wait)"
-                        ),
-                        status=status,
-                        retry_after=wait,
-                    )
-                self._sleep(wait)
-                self.waited_seconds += wait
-                continue
-            if status in (502, 503, 504) and server_errors < SERVER_ERROR_RETRIES:
-                server_errors += 1
-                self._sleep(float(server_errors))
-                continue
-            raise GitHubError(
-                self.redact(f"GitHub GET {_shown(url)} failed: HTTP {status}: {_message(response)}"), status=status
-            )
+                return max(0.0, float(retry_after))
+            except ValueError:
+                pass
+        if headers.get("X-RateLimit-Remaining") == "0" and headers.get("X-RateLimit-Reset"):
+            try:
+                # Reset is an epoch second; +1 s because the window closes during that second.
+                return max(1.0, float(headers["X-RateLimit-Reset"]) - time.time() + 1.0)
+            except ValueError:
+                pass
+        if response.status_code == 429 or "rate limit" in self.error_message(response).lower():
+            return SECONDARY_LIMIT_DEFAULT_WAIT
+        return None
 
     def pages(self, path: str, **params: Any) -> Iterator[dict[str, Any]]:
         """Every item of a list endpoint, following ``Link: rel="next"`` until there is none.
@@ -139,9 +126,9 @@ class GitHubClient:
             try:
                 items = response.json()
             except ValueError:
-                raise GitHubError(f"GitHub GET {_shown(response.url)}: the answer is not JSON") from None
+                raise GitHubError(f"GitHub GET {shown(response.url)}: the answer is not JSON") from None
             if not isinstance(items, list):
-                raise GitHubError(f"GitHub GET {_shown(response.url)}: expected a JSON list")
+                raise GitHubError(f"GitHub GET {shown(response.url)}: expected a JSON list")
             yield from items
             following = (response.links.get("next") or {}).get("url")
             if not following:
@@ -152,43 +139,3 @@ class GitHubClient:
 def redact_tokens(text: str) -> str:
     """Replace anything shaped like a GitHub token (``ghp_``, ``gho_``, ``ghs_``, ``github_pat_``...) with ``***``."""
     return re.sub(r"\b(gh[pousr]_|github_pat_)[A-Za-z0-9_]+", r"\1***", text)
-
-
-def _shown(url: str) -> str:
-    return url.split("?", 1)[0]
-
-
-def _message(response: requests.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text[:200].strip() or response.reason or ""
-    if isinstance(body, dict) and body.get("message"):
-        return str(body["message"])[:300]
-    return response.reason or ""
-
-
-def _rate_limit_wait(response: requests.Response) -> float | None:
-    """Seconds to wait when the answer is a rate limit, else ``None``.
-
-    A 403 counts only with ``Retry-After`` or ``X-RateLimit-Remaining: 0`` (any other 403 is a
-    permission error, unless its message speaks of a rate limit); a 429 always does.
-    """
-    if response.status_code not in (403, 429):
-        return None
-    headers = response.headers
-    retry_after = headers.get("Retry-After")
-    if retry_after is not None:
-        try:
-            return max(0.0, float(retry_after))
-        except ValueError:
-            pass
-    if headers.get("X-RateLimit-Remaining") == "0" and headers.get("X-RateLimit-Reset"):
-        try:
-            # Reset is an epoch second; +1 s because the window closes during that second.
-            return max(1.0, float(headers["X-RateLimit-Reset"]) - time.time() + 1.0)
-        except ValueError:
-            pass
-    if response.status_code == 429 or "rate limit" in _message(response).lower():
-        return SECONDARY_LIMIT_DEFAULT_WAIT
-    return None

@@ -21,30 +21,21 @@ from typing import Any
 
 import requests
 
-from sources.connectors.base import ConnectorError
+from sources.connectors.http import RestClient, RestError, RestRateLimited, shown
 
-SERVER_ERROR_RETRIES = 2
 DEFAULT_LIMIT_WAIT = 2.0  # seconds; doubled per limited answer when no Retry-After says how long
 
 
-class AtlassianError(ConnectorError):
+class AtlassianError(RestError):
     """A REST call failed; ``status`` is the HTTP status (0 when no answer came)."""
 
-    def __init__(self, message: str, *, status: int = 0) -> None:
-        super().__init__(message)
-        self.status = status
 
-
-class AtlassianRateLimited(AtlassianError):
+class AtlassianRateLimited(AtlassianError, RestRateLimited):
     """Still rate limited after the retries, or asked to wait longer than allowed (seconds in
     ``retry_after``)."""
 
-    def __init__(self, message: str, *, status: int, retry_after: float) -> None:
-        super().__init__(message, status=status)
-        self.retry_after = retry_after
 
-
-class AtlassianClient:
+class AtlassianClient(RestClient):
     """Rate-limit-aware JSON GETs against one product's root URL.
 
     ``base_url``: the site root (``https://acme.atlassian.net`` for Jira,
@@ -53,6 +44,10 @@ class AtlassianClient:
     messages. ``sleep`` is how the client waits (seconds); ``waited_seconds`` adds up the time
     spent waiting for rate limits and ``requests_made`` counts HTTP requests sent.
     """
+
+    error = AtlassianError
+    rate_limited_error = AtlassianRateLimited
+    server_error_statuses = (502, 504)
 
     def __init__(
         self,
@@ -66,34 +61,25 @@ class AtlassianClient:
         timeout: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.product = product
-        self.max_wait_seconds = max_wait_seconds
-        self.retries = retries
-        self.timeout = timeout
-        self._sleep = sleep
-        self.waited_seconds = 0.0
-        self.requests_made = 0
-        self._secrets: list[str] = []
-        self.session = requests.Session()
-        self.session.headers.update({"Accept": "application/json", "User-Agent": "kbportal"})
+        headers = {"Accept": "application/json", "User-Agent": "kbportal"}
+        secrets: list[str] = []
         if token and email:
             basic = base64.b64encode(f"{email}:{token}".encode()).decode("ascii")
-            self.session.headers["Authorization"] = f"Basic {basic}"
-            self._secrets += [token, basic]
+            headers["Authorization"] = f"Basic {basic}"
+            secrets += [token, basic]
         elif token:
-            self.session.headers["Authorization"] = f"Bearer {token}"
-            self._secrets.append(token)
-
-    def redact(self, text: str) -> str:
-        """``text`` with the token and the basic-auth credential replaced by ``***``."""
-        for secret in sorted(self._secrets, key=len, reverse=True):
-            text = text.replace(secret, "***")
-        return text
-
-    def url(self, path: str) -> str:
-        """An absolute URL: ``path`` as is when absolute, else under ``base_url``."""
-        return path if path.startswith(("https://", "http://")) else f"{self.base_url}{path}"
+            headers["Authorization"] = f"Bearer {token}"
+            secrets.append(token)
+        super().__init__(
+            base_url=base_url,
+            product=product,
+            headers=headers,
+            secrets=secrets,
+            max_wait_seconds=max_wait_seconds,
+            retries=retries,
+            timeout=timeout,
+            sleep=sleep,
+        )
 
     def get_json(self, path: str, params: dict[str, Any] | None = None) -> Any:
         """GET ``path`` (``/rest/api/...`` or absolute) and return the decoded JSON body.
@@ -102,49 +88,17 @@ class AtlassianClient:
         or :class:`AtlassianError` with the status and the service's own error message
         (``errorMessages`` / ``message``), credentials redacted.
         """
-        url = self.url(path)
-        limited = server_errors = 0
-        while True:
-            try:
-                self.requests_made += 1
-                response = self.session.get(url, params=params or None, timeout=self.timeout)
-            except requests.RequestException as exc:
-                raise AtlassianError(
-                    self.redact(f"{self.product} GET {_shown(url)} failed: {type(exc).__name__}: {exc}")
-                ) from None
-            status = response.status_code
-            if status < 300:
-                try:
-                    return response.json()
-                except ValueError:
-                    raise AtlassianError(f"{self.product} GET {_shown(url)}: the answer is not JSON") from None
-            wait = _rate_limit_wait(response, limited)
-            if wait is not None:
-                limited += 1
-                if limited > self.retries or wait > self.max_wait_seconds:
-                    raise AtlassianRateLimited(
-                        self.redact(
-                            f"{self.product} GET {_shown(url)}: rate limited (HTTP {status}) for {wait:.0f} s more "
-                            f"(after {limited - 1} waits; at most {self.max_wait_seconds:.0f} s a wait)"
-                        ),
-                        status=status,
-                        retry_after=wait,
-                    )
-                self._sleep(wait)
-                self.waited_seconds += wait
-                continue
-            if status in (502, 504) and server_errors < SERVER_ERROR_RETRIES:
-                server_errors += 1
-                self._sleep(float(server_errors))
-                continue
-            raise AtlassianError(
-                self.redact(f"{self.product} GET {_shown(url)} failed: HTTP {status}: {_message(response)}"),
-                status=status,
-            )
+        response = self.get_response(path, params)
+        try:
+            return response.json()
+        except ValueError:
+            raise AtlassianError(f"{self.product} GET {shown(self.url(path))}: the answer is not JSON") from None
 
+    def rate_limit_wait(self, response: requests.Response, limited_before: int) -> float | None:
+        return _rate_limit_wait(response, limited_before)
 
-def _shown(url: str) -> str:
-    return url.split("?", 1)[0]
+    def error_message(self, response: requests.Response) -> str:
+        return _message(response)
 
 
 def _message(response: requests.Response) -> str:
