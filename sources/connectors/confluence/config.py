@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import re
+from typing import ClassVar
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, field_validator
 
-from sources.connectors.base import ConnectorConfig
-from sources.connectors.jira.config import check_base_url
+from sources.connectors.jira.config import AtlassianConfig
 
 SPACE_KEY_RE = re.compile(r"^~?[A-Za-z0-9_-]{1,255}$")
 
 
-class ConfluenceConfig(ConnectorConfig):
+class ConfluenceConfig(AtlassianConfig):
     """Which Confluence pages to read, from the REST API (``base_url``) or an export (``path``).
 
     ``base_url``: the site's Confluence root, ``https://acme.atlassian.net/wiki`` (Cloud) or
@@ -27,21 +27,15 @@ class ConfluenceConfig(ConnectorConfig):
     ``max_rate_limit_wait_seconds`` / ``rate_limit_retries``: how long a 429 is waited out.
     """
 
-    base_url: str | None = None
-    email: str | None = None
-    token: SecretStr | None = None
+    site_example: ClassVar[str] = "https://acme.atlassian.net/wiki"
+    needs_source: ClassVar[str] = (
+        "give base_url (the Confluence site, read through its REST API) or path (an HTML export)"
+    )
+
     space: list[str] = Field(default_factory=list)
-    path: str | None = None
     page_size: int = Field(default=25, ge=1, le=200)
     max_section_chars: int = Field(default=4000, ge=200)
     min_section_chars: int = Field(default=40, ge=0)
-    max_rate_limit_wait_seconds: float = Field(default=300.0, ge=0, le=3600)
-    rate_limit_retries: int = Field(default=5, ge=0, le=50)
-
-    @field_validator("base_url")
-    @classmethod
-    def _check_base_url(cls, value: str | None) -> str | None:
-        return check_base_url(value, "https://acme.atlassian.net/wiki")
 
     @field_validator("space", mode="before")
     @classmethod
@@ -56,18 +50,3 @@ class ConfluenceConfig(ConnectorConfig):
         if bad:
             raise ValueError(f"not a Confluence space key: {', '.join(map(repr, bad))} (expected e.g. 'ENG')")
         return keys
-
-    @field_validator("token")
-    @classmethod
-    def _blank_token(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and not value.get_secret_value().strip():
-            return None
-        return value
-
-    @model_validator(mode="after")
-    def _api_or_export(self) -> ConfluenceConfig:
-        if not self.base_url and not self.path:
-            raise ValueError("give base_url (the Confluence site, read through its REST API) or path (an HTML export)")
-        if self.email and not self.token:
-            raise ValueError("email needs token (an Atlassian API token) for basic auth")
-        return self

@@ -71,14 +71,7 @@ class ConfluenceConnector(Connector):
     @property
     def client(self) -> AtlassianClient:
         if self._client is None:
-            self._client = AtlassianClient(
-                base_url=self.config.base_url or "",  # a file source has none and never calls out
-                product="Confluence",
-                email=self.config.email,
-                token=self.config.token.get_secret_value() if self.config.token is not None else None,
-                max_wait_seconds=self.config.max_rate_limit_wait_seconds,
-                retries=self.config.rate_limit_retries,
-            )
+            self._client = AtlassianClient.from_config(self.config, product="Confluence")
         return self._client
 
     def iter_rows(self, report: IngestReport) -> Iterator[DocumentRow]:

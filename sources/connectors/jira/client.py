@@ -17,11 +17,14 @@ import base64
 import time
 from collections.abc import Callable
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
 
 from sources.connectors.http import RestClient, RestError, RestRateLimited, shown
+
+if TYPE_CHECKING:
+    from sources.connectors.jira.config import AtlassianConfig
 
 DEFAULT_LIMIT_WAIT = 2.0  # seconds; doubled per limited answer when no Retry-After says how long
 
@@ -79,6 +82,19 @@ class AtlassianClient(RestClient):
             retries=retries,
             timeout=timeout,
             sleep=sleep,
+        )
+
+    @classmethod
+    def from_config(cls, config: AtlassianConfig, *, product: str) -> AtlassianClient:
+        """The client a Jira or Confluence source's config describes (``base_url`` "" for a file
+        source, which never calls out)."""
+        return cls(
+            base_url=config.base_url or "",
+            product=product,
+            email=config.email,
+            token=config.token.get_secret_value() if config.token is not None else None,
+            max_wait_seconds=config.max_rate_limit_wait_seconds,
+            retries=config.rate_limit_retries,
         )
 
     def get_json(self, path: str, params: dict[str, Any] | None = None) -> Any:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import ClassVar, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -39,7 +39,49 @@ def principal(value: str) -> str:
     raise ValueError(f"{value!r} is not a principal: use an email address, 'group:<name>' or 'user:<id>'")
 
 
-class JiraConfig(ConnectorConfig):
+class AtlassianConfig(ConnectorConfig):
+    """The site and credential fields Jira and Confluence sources share.
+
+    ``base_url``: the product's site root (checked by :func:`check_base_url`; the subclass's
+    ``site_example`` shows the expected form). ``email`` + ``token``: Cloud basic auth with an API
+    token; ``token`` alone: a personal access token (bearer); a blank token counts as none.
+    ``token`` is a secret, never shown or logged. ``max_rate_limit_wait_seconds`` /
+    ``rate_limit_retries``: how long a 429 is waited out (see the client). Either ``base_url`` or
+    ``path`` must be given (``needs_source`` is the error otherwise), and ``email`` needs ``token``.
+    """
+
+    site_example: ClassVar[str] = "https://acme.atlassian.net"
+    needs_source: ClassVar[str] = "give base_url or path"
+
+    base_url: str | None = None
+    email: str | None = None
+    token: SecretStr | None = None
+    path: str | None = None
+    max_rate_limit_wait_seconds: float = Field(default=300.0, ge=0, le=3600)
+    rate_limit_retries: int = Field(default=5, ge=0, le=50)
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, value: str | None) -> str | None:
+        return check_base_url(value, cls.site_example)
+
+    @field_validator("token")
+    @classmethod
+    def _blank_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            return None
+        return value
+
+    @model_validator(mode="after")
+    def _api_or_file(self) -> AtlassianConfig:
+        if not self.base_url and not self.path:
+            raise ValueError(self.needs_source)
+        if self.email and not self.token:
+            raise ValueError("email needs token (an Atlassian API token) for basic auth")
+        return self
+
+
+class JiraConfig(AtlassianConfig):
     """Which Jira issues to read, from the REST API (``base_url``) or a CSV export (``path``).
 
     ``base_url``: the site, ``https://acme.atlassian.net`` (Cloud) or
@@ -62,24 +104,16 @@ class JiraConfig(ConnectorConfig):
     ``max_rate_limit_wait_seconds`` / ``rate_limit_retries``: see the client.
     """
 
-    base_url: str | None = None
-    email: str | None = None
-    token: SecretStr | None = None
+    site_example: ClassVar[str] = "https://acme.atlassian.net"
+    needs_source: ClassVar[str] = "give base_url (the Jira site, read through its REST API) or path (a CSV export)"
+
     jql: str = ""
     project: list[str] = Field(default_factory=list)
-    path: str | None = None
     api_version: Literal["2", "3"] = "2"
     incremental: bool = True
     overlap_minutes: int = Field(default=1440, ge=0, le=100_000)
     page_size: int = Field(default=50, ge=1, le=1000)
     security_principals: dict[str, list[str]] = Field(default_factory=dict)
-    max_rate_limit_wait_seconds: float = Field(default=300.0, ge=0, le=3600)
-    rate_limit_retries: int = Field(default=5, ge=0, le=50)
-
-    @field_validator("base_url")
-    @classmethod
-    def _check_base_url(cls, value: str | None) -> str | None:
-        return check_base_url(value, "https://acme.atlassian.net")
 
     @field_validator("project", mode="before")
     @classmethod
@@ -95,13 +129,6 @@ class JiraConfig(ConnectorConfig):
             raise ValueError(f"not a Jira project key: {', '.join(map(repr, bad))} (expected e.g. 'SUP')")
         return keys
 
-    @field_validator("token")
-    @classmethod
-    def _blank_token(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and not value.get_secret_value().strip():
-            return None
-        return value
-
     @field_validator("security_principals")
     @classmethod
     def _check_principals(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -113,11 +140,3 @@ class JiraConfig(ConnectorConfig):
         if value is not None and not value.strip().lower().endswith(".csv"):
             raise ValueError("must be a .csv file exported from Jira")
         return value.strip() if value else value
-
-    @model_validator(mode="after")
-    def _api_or_file(self) -> JiraConfig:
-        if not self.base_url and not self.path:
-            raise ValueError("give base_url (the Jira site, read through its REST API) or path (a CSV export)")
-        if self.email and not self.token:
-            raise ValueError("email needs token (an Atlassian API token) for basic auth")
-        return self
