@@ -22,11 +22,15 @@ from typing import Any
 from bs4 import BeautifulSoup
 
 from sources.connectors.base import DocumentRow
-from sources.connectors.docs.connector import assign_heading_paths, merge_small_sections, split_blocks
-from sources.connectors.docs.sections import parse_page, render, slug
+from sources.connectors.docs.connector import (
+    assign_heading_paths,
+    link_sections,
+    merge_small_sections,
+    page_text,
+    section_parts,
+)
+from sources.connectors.docs.sections import parse_page, render
 
-PAGE_TEXT_CHARS = 1000
-SECTION_TEXT_CHARS = 1500
 # Storage-format elements that hold settings, not text (a code macro's language, a panel's colour).
 _SETTING_TAGS = ("ac:parameter", "ri:attachment", "ri:user", "ri:page")
 
@@ -109,55 +113,32 @@ def page_rows(
         **people,
     }
     rows: list[DocumentRow] = []
-    used: dict[str, int] = {}
-    intro: list[str] = []
-    for section in sections:
-        heading_path = section.heading_path
-        base = "/".join(slug(part) or "section" for part in heading_path)
-        used[base] = used.get(base, 0) + 1
-        section_id = f"{page.id}#{base}" + (f"-{used[base]}" if used[base] > 1 else "")
-        anchor = section.heading.anchor if section.heading else ""
-        parts = split_blocks(section.blocks, max_section_chars)
-        for number, blocks in enumerate(parts, start=1):
-            body = "\n".join(b.text for b in blocks if not b.is_heading).strip()
-            if len(" ".join(intro)) < PAGE_TEXT_CHARS and body:
-                intro.append(body)
-            metadata = {
-                **base_meta,
-                "heading_path": heading_path,
-                "level": section.heading.level if section.heading else 0,
-                "anchor": anchor,
-            }
-            if len(parts) > 1:
-                metadata |= {"part": number, "parts": len(parts)}
-            if section.merged_headings:
-                metadata["merged_headings"] = section.merged_headings
-            rows.append(
-                DocumentRow(
-                    external_id=(section_id if number == 1 else f"{section_id}-part{number}")[:480],
-                    kind="doc_section",
-                    title=" > ".join(heading_path),
-                    content=render(blocks),
-                    text=(" > ".join(heading_path) + "\n\n" + body)[:SECTION_TEXT_CHARS],
-                    url=f"{page.url}#{anchor}" if page.url and anchor else page.url,
-                    path=path,
-                    parent_external_id=page.id,
-                    metadata=metadata,
-                    principals=principals,
-                    created_at=page.created,
-                    updated_at=page.updated,
-                )
+    bodies: list[str] = []
+    for part in section_parts(sections, page.id, max_section_chars):
+        bodies.append(part.body)
+        rows.append(
+            DocumentRow(
+                external_id=part.external_id[:480],
+                kind="doc_section",
+                title=part.title,
+                content=render(part.blocks),
+                text=part.text,
+                url=f"{page.url}#{part.anchor}" if page.url and part.anchor else page.url,
+                path=path,
+                parent_external_id=page.id,
+                metadata={**base_meta, **part.metadata},
+                principals=principals,
+                created_at=page.created,
+                updated_at=page.updated,
             )
-    for position, row in enumerate(rows):
-        row.position = position
-        row.metadata["prev_section"] = rows[position - 1].external_id if position > 0 else None
-        row.metadata["next_section"] = rows[position + 1].external_id if position + 1 < len(rows) else None
+        )
+    link_sections(rows)
     page_row = DocumentRow(
         external_id=page.id,
         kind="doc_page",
         title=title,
         content=parsed.text,
-        text=(title + "\n\n" + "\n\n".join(intro))[:PAGE_TEXT_CHARS].strip(),
+        text=page_text(title, bodies),
         url=page.url,
         path=path,
         metadata={

@@ -31,9 +31,10 @@ import hashlib
 import os
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
 from sources.connectors.docs.config import DocsConfig
@@ -182,6 +183,78 @@ def split_blocks(blocks: list[Block], max_chars: int) -> list[list[Block]]:
     return parts
 
 
+@dataclass
+class SectionPart:
+    """One ``doc_section`` row's worth of a page: a section, or one part of a long one.
+
+    ``external_id``: ``<prefix>#<slug/of/heading/path>`` (``-2``... for repeats, ``-partN`` for
+    parts after the first), not yet fitted to the column. ``title``: ``Page > H2 > H3``;
+    ``body``: the blocks' text without headings; ``metadata``: ``heading_path``, ``level``,
+    ``anchor`` and, when they apply, ``part``/``parts`` and ``merged_headings``.
+    """
+
+    external_id: str
+    title: str
+    anchor: str
+    blocks: list[Block]
+    body: str
+    metadata: dict[str, Any]
+
+    @property
+    def text(self) -> str:
+        """The embedded text: heading path + body, at most ``SECTION_TEXT_CHARS`` characters."""
+        return (self.title + "\n\n" + self.body)[:SECTION_TEXT_CHARS]
+
+
+def section_parts(sections: list[RawSection], id_prefix: str, max_section_chars: int) -> Iterator[SectionPart]:
+    """Every section of a page (heading paths assigned, small ones merged) cut into parts of at
+    most ``max_section_chars`` characters, in page order; ids are under ``id_prefix``."""
+    used: dict[str, int] = {}
+    for section in sections:
+        heading_path = section.heading_path
+        base = "/".join(slug(part) or "section" for part in heading_path)
+        used[base] = used.get(base, 0) + 1
+        section_id = f"{id_prefix}#{base}" + (f"-{used[base]}" if used[base] > 1 else "")
+        anchor = section.heading.anchor if section.heading else ""
+        parts = split_blocks(section.blocks, max_section_chars)
+        for number, blocks in enumerate(parts, start=1):
+            metadata: dict[str, Any] = {
+                "heading_path": heading_path,
+                "level": section.heading.level if section.heading else 0,
+                "anchor": anchor,
+            }
+            if len(parts) > 1:
+                metadata |= {"part": number, "parts": len(parts)}
+            if section.merged_headings:
+                metadata["merged_headings"] = section.merged_headings
+            yield SectionPart(
+                external_id=section_id if number == 1 else f"{section_id}-part{number}",
+                title=" > ".join(heading_path),
+                anchor=anchor,
+                blocks=blocks,
+                body="\n".join(b.text for b in blocks if not b.is_heading).strip(),
+                metadata=metadata,
+            )
+
+
+def link_sections(rows: list[DocumentRow]) -> None:
+    """Number a page's section rows (``position``) and name each one's neighbours in its
+    metadata (``prev_section``/``next_section``: external ids, ``None`` at the ends)."""
+    for position, row in enumerate(rows):
+        row.position = position
+        row.metadata["prev_section"] = rows[position - 1].external_id if position > 0 else None
+        row.metadata["next_section"] = rows[position + 1].external_id if position + 1 < len(rows) else None
+
+
+def page_text(title: str, bodies: list[str]) -> str:
+    """A page row's embedded text: ``title`` + the first section bodies, at most ``PAGE_TEXT_CHARS``."""
+    intro: list[str] = []
+    for body in bodies:
+        if len(" ".join(intro)) < PAGE_TEXT_CHARS and body:
+            intro.append(body)
+    return (title + "\n\n" + "\n\n".join(intro))[:PAGE_TEXT_CHARS].strip()
+
+
 class DocsConnector(Connector):
     """A folder of documentation pages (see the module docstring for the rows it yields)."""
 
@@ -259,55 +332,32 @@ class DocsConnector(Connector):
         assign_heading_paths(page.sections, title)
         sections = merge_small_sections(page.sections, self.config.min_section_chars)
         rows: list[DocumentRow] = []
-        used: dict[str, int] = {}
-        intro: list[str] = []
-        for section in sections:
-            heading_path = section.heading_path
-            base = "/".join(slug(part) or "section" for part in heading_path)
-            used[base] = used.get(base, 0) + 1
-            section_id = f"{relpath}#{base}" + (f"-{used[base]}" if used[base] > 1 else "")
-            anchor = section.heading.anchor if section.heading else ""
-            parts = split_blocks(section.blocks, self.config.max_section_chars)
-            for number, blocks in enumerate(parts, start=1):
-                body = "\n".join(b.text for b in blocks if not b.is_heading).strip()
-                if len(" ".join(intro)) < PAGE_TEXT_CHARS and body:
-                    intro.append(body)
-                metadata = {
-                    "heading_path": heading_path,
-                    "level": section.heading.level if section.heading else 0,
-                    "anchor": anchor,
-                    "page_title": title,
-                }
-                if len(parts) > 1:
-                    metadata |= {"part": number, "parts": len(parts)}
-                if section.merged_headings:
-                    metadata["merged_headings"] = section.merged_headings
-                rows.append(
-                    DocumentRow(
-                        external_id=_fit_id(section_id if number == 1 else f"{section_id}-part{number}"),
-                        kind="doc_section",
-                        title=" > ".join(heading_path),
-                        content=render(blocks),
-                        text=(" > ".join(heading_path) + "\n\n" + body)[:SECTION_TEXT_CHARS],
-                        url=self._url(relpath, anchor),
-                        path=relpath,
-                        start_line=blocks[0].start_line,
-                        end_line=max(b.end_line for b in blocks),
-                        parent_external_id=relpath,
-                        metadata=metadata,
-                        updated_at=mtime,
-                    )
+        bodies: list[str] = []
+        for part in section_parts(sections, relpath, self.config.max_section_chars):
+            bodies.append(part.body)
+            rows.append(
+                DocumentRow(
+                    external_id=_fit_id(part.external_id),
+                    kind="doc_section",
+                    title=part.title,
+                    content=render(part.blocks),
+                    text=part.text,
+                    url=self._url(relpath, part.anchor),
+                    path=relpath,
+                    start_line=part.blocks[0].start_line,
+                    end_line=max(b.end_line for b in part.blocks),
+                    parent_external_id=relpath,
+                    metadata={**part.metadata, "page_title": title},
+                    updated_at=mtime,
                 )
-        for position, row in enumerate(rows):
-            row.position = position
-            row.metadata["prev_section"] = rows[position - 1].external_id if position > 0 else None
-            row.metadata["next_section"] = rows[position + 1].external_id if position + 1 < len(rows) else None
+            )
+        link_sections(rows)
         page_row = DocumentRow(
             external_id=relpath,
             kind="doc_page",
             title=title,
             content=page.text,
-            text=(title + "\n\n" + "\n\n".join(intro))[:PAGE_TEXT_CHARS].strip(),
+            text=page_text(title, bodies),
             url=self._url(relpath),
             path=relpath,
             start_line=1,
