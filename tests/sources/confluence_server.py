@@ -29,15 +29,16 @@ import html
 import json
 import re
 import threading
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlparse
+from urllib.parse import urlencode
 
 from markdown_it import MarkdownIt
+
+from tests.sources.http_server import Answer, JsonServer
 
 EMAIL = "kb-reader@erb.example"
 TOKEN = "ATATT3xFfGF0-confluence-TEST-token-SECRET-77"
@@ -170,54 +171,22 @@ def world_from_documents(folder: Path) -> ConfluenceWorld:
     return world
 
 
-@dataclass
-class Request:
-    path: str
-    query: dict[str, str]
-    status: int
-    at: float
-
-
-class FakeConfluence:
+class FakeConfluence(JsonServer):
     """Serves a :class:`ConfluenceWorld` on ``127.0.0.1`` under ``/wiki`` (as Cloud does)."""
 
+    prefix = "/wiki"
+
     def __init__(self, world: ConfluenceWorld, *, auth: str = "basic", email: str = EMAIL, token: str = TOKEN) -> None:
+        super().__init__()
         self.world = world
         self.auth, self.email, self.token = auth, email, token
         self.echo_credentials = False
         self.limit_cap = 25
         self.malformed: dict[str, Any] = {}  # page id -> what to list instead of the page
-        self.requests: list[Request] = []
-        self._limits: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                server._handle(self)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/wiki"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
     def rate_limit(self, *, path_suffix: str, start: str | None = None, wait: int = 1) -> None:
         with self._lock:
             self._limits.append({"suffix": path_suffix, "start": start, "wait": wait})
-
-    def log(self, path_suffix: str) -> list[Request]:
-        return [r for r in self.requests if r.path.endswith(path_suffix)]
 
     def _expected(self) -> str:
         if self.auth == "bearer":
@@ -243,23 +212,7 @@ class FakeConfluence:
             out["restrictions"] = {"read": {"operation": "read", "restrictions": parts}}
         return json.loads(json.dumps(out))
 
-    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
-        parsed = urlparse(handler.path)
-        query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
-        path = parsed.path
-
-        def answer(status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-            with self._lock:
-                self.requests.append(Request(path=path, query=query, status=status, at=time.monotonic()))
-            data = json.dumps(body).encode()
-            handler.send_response(status)
-            handler.send_header("Content-Type", "application/json;charset=UTF-8")
-            handler.send_header("Content-Length", str(len(data)))
-            for key, value in (headers or {}).items():
-                handler.send_header(key, value)
-            handler.end_headers()
-            handler.wfile.write(data)
-
+    def serve(self, handler: BaseHTTPRequestHandler, path: str, query: dict[str, str], answer: Answer) -> None:
         credential = handler.headers.get("Authorization", "")
         if credential != self._expected():
             message = "Current user not permitted to use Confluence"

@@ -28,9 +28,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlparse
+from urllib.parse import urlencode
+
+from tests.sources.http_server import Answer, JsonServer
 
 TOKEN = "ghp_TESTtoken0123456789abcdefSECRET"
 PREFIX = "/api/v3"
@@ -42,14 +44,6 @@ def iso(value: datetime) -> str:
 
 def _user(login: str) -> dict[str, Any]:
     return {"login": login, "id": abs(hash(login)) % 10**8, "type": "Bot" if login.endswith("[bot]") else "User"}
-
-
-@dataclass
-class Request:
-    path: str
-    query: dict[str, str]
-    status: int
-    at: float
 
 
 @dataclass
@@ -258,40 +252,21 @@ def world_from_commits(commits: list[dict[str, Any]], *, owner: str = "fastapi",
     return world
 
 
-class FakeGitHub:
+class FakeGitHub(JsonServer):
     """Serves a :class:`GitHubWorld` on ``127.0.0.1`` (a free port) under ``PREFIX``.
 
     ``base_url`` is what a ``github`` source's config takes. ``requests`` logs every request.
     """
 
+    prefix = PREFIX
+    content_type = "application/json; charset=utf-8"
+    extra_headers = {"X-GitHub-Media-Type": "github.v3; format=json"}
+
     def __init__(self, world: GitHubWorld, *, token: str = TOKEN) -> None:
+        super().__init__()
         self.world = world
         self.token = token
         self.echo_credentials = False
-        self.requests: list[Request] = []
-        self._limits: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                server._handle(self)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}{PREFIX}"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
     def rate_limit(self, *, path_suffix: str, page: str | None = None, status: int = 403, wait: int = 1) -> None:
         """Answer the next GET whose path ends with ``path_suffix`` (and ``page``, if given) with a
@@ -300,34 +275,9 @@ class FakeGitHub:
         with self._lock:
             self._limits.append({"suffix": path_suffix, "page": page, "status": status, "wait": wait})
 
-    def log(self, path_suffix: str) -> list[Request]:
-        return [r for r in self.requests if r.path.endswith(path_suffix)]
-
     # -- serving ---------------------------------------------------------------------------------
 
-    def _send(
-        self, handler: BaseHTTPRequestHandler, status: int, body: Any, headers: dict[str, str] | None = None
-    ) -> None:
-        data = json.dumps(body).encode()
-        handler.send_response(status)
-        handler.send_header("Content-Type", "application/json; charset=utf-8")
-        handler.send_header("Content-Length", str(len(data)))
-        handler.send_header("X-GitHub-Media-Type", "github.v3; format=json")
-        for key, value in (headers or {}).items():
-            handler.send_header(key, value)
-        handler.end_headers()
-        handler.wfile.write(data)
-
-    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
-        parsed = urlparse(handler.path)
-        query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
-        path = parsed.path
-
-        def answer(status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-            with self._lock:
-                self.requests.append(Request(path=path, query=query, status=status, at=time.monotonic()))
-            self._send(handler, status, body, headers)
-
+    def serve(self, handler: BaseHTTPRequestHandler, path: str, query: dict[str, str], answer: Answer) -> None:
         credential = handler.headers.get("Authorization", "")
         if credential != f"Bearer {self.token}":
             message = "Bad credentials" + (f" (got {credential!r})" if self.echo_credentials else "")

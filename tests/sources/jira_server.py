@@ -33,13 +33,13 @@ import base64
 import json
 import re
 import threading
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+
+from tests.sources.http_server import Answer, JsonServer
 
 EMAIL = "kb-reader@erb.example"
 TOKEN = "ATATT3xFfGF0-jira-TEST-token-SECRET-4242"
@@ -207,14 +207,6 @@ def world_from_documents(folder: Path) -> JiraWorld:
     return world
 
 
-@dataclass
-class Request:
-    path: str
-    query: dict[str, str]
-    status: int
-    at: float
-
-
 class JqlError(ValueError):
     pass
 
@@ -246,72 +238,30 @@ def _jql_filter(jql: str) -> tuple[list[Any], list[tuple[str, bool]]]:
     return preds, order
 
 
-class FakeJira:
+class FakeJira(JsonServer):
     """Serves a :class:`JiraWorld` on ``127.0.0.1`` (a free port); ``base_url`` is the site root."""
 
     def __init__(self, world: JiraWorld, *, auth: str = "basic", email: str = EMAIL, token: str = TOKEN) -> None:
+        super().__init__()
         self.world = world
         self.auth = auth
         self.email, self.token = email, token
         self.echo_credentials = False
         self.max_results_cap = 50
         self.embedded_comments = 20
-        self.requests: list[Request] = []
         self.malformed: dict[str, Any] = {}  # key -> what to serve instead of the issue
-        self._limits: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                server._handle(self)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
     def rate_limit(self, *, path_suffix: str, start_at: str | None = None, wait: int = 1) -> None:
         """Answer the next GET whose path ends with ``path_suffix`` (and ``startAt``) with 429 + ``Retry-After``."""
         with self._lock:
             self._limits.append({"suffix": path_suffix, "start": start_at, "wait": wait})
 
-    def log(self, path_suffix: str) -> list[Request]:
-        return [r for r in self.requests if r.path.endswith(path_suffix)]
-
     def _expected(self) -> str:
         if self.auth == "bearer":
             return f"Bearer {self.token}"
         return "Basic " + base64.b64encode(f"{self.email}:{self.token}".encode()).decode()
 
-    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
-        parsed = urlparse(handler.path)
-        query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
-        path = parsed.path
-
-        def answer(status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-            with self._lock:
-                self.requests.append(Request(path=path, query=query, status=status, at=time.monotonic()))
-            data = json.dumps(body).encode()
-            handler.send_response(status)
-            handler.send_header("Content-Type", "application/json;charset=UTF-8")
-            handler.send_header("Content-Length", str(len(data)))
-            for key, value in (headers or {}).items():
-                handler.send_header(key, value)
-            handler.end_headers()
-            handler.wfile.write(data)
-
+    def serve(self, handler: BaseHTTPRequestHandler, path: str, query: dict[str, str], answer: Answer) -> None:
         credential = handler.headers.get("Authorization", "")
         if credential != self._expected():
             message = "You are not authenticated. Authentication required to perform this operation."
