@@ -158,7 +158,8 @@ def _collapse(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
-def _cut(text: str, limit: int) -> str:
+def cut(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, at a word boundary when one is near, with "…"."""
     if len(text) <= limit:
         return text
     head = text[: limit - 1]
@@ -175,7 +176,7 @@ def clean_question(text: str) -> str:
     text = _collapse(text)
     for _ in range(3):
         text = _MENTION.sub("", _GREETING.sub("", text)).lstrip(" ,:-")
-    return _cut(text, QUESTION_CHARS)
+    return cut(text, QUESTION_CHARS)
 
 
 def words(text: str, *, names: frozenset[str] = frozenset()) -> list[str]:
@@ -267,12 +268,12 @@ def extract_code_refs(text: str) -> list[str]:
     for m in _CODE_BLOCK.finditer(text):
         first = next((line.strip() for line in m.group(1).splitlines() if line.strip()), "")
         if first:
-            found.append((m.start(), _cut(first, 160)))
+            found.append((m.start(), cut(first, 160)))
     rest = _CODE_BLOCK.sub(lambda m: " " * len(m.group(0)), text)
     found += [(m.start(), m.group(1)) for m in _INLINE_CODE.finditer(rest)]
     plain = _INLINE_CODE.sub(lambda m: " " * len(m.group(0)), _URL.sub(lambda m: " " * len(m.group(0)), rest))
     found += [(m.start(), m.group(0)) for m in _FILE_PATH.finditer(plain)]
-    found += [(m.start(), _cut(m.group(0).strip(), 200)) for m in _ERROR.finditer(plain)]
+    found += [(m.start(), cut(m.group(0).strip(), 200)) for m in _ERROR.finditer(plain)]
     found.sort(key=lambda item: item[0])
     return _unique([ref for _, ref in found], MAX_CODE_REFS)
 
@@ -349,7 +350,7 @@ def distill_rules(messages: list[SlackMessage], *, channel: str, root: SlackMess
     return {
         "question": question,
         "summary": summary,
-        "resolution": _cut(_collapse(resolution.text), RESOLUTION_CHARS) if resolution else "",
+        "resolution": cut(_collapse(resolution.text), RESOLUTION_CHARS) if resolution else "",
         "resolution_by": resolution.author if resolution else "",
         "resolution_ts": resolution.ts if resolution else "",
         "resolution_reason": why,
@@ -382,14 +383,14 @@ def _checked(data: Any) -> dict[str, Any]:
         value = data.get(key)
         if not isinstance(value, str):
             raise ValueError(f"field {key!r} is not a string")
-        out[key] = _cut(_collapse(value), QUESTION_CHARS if key == "question" else RESOLUTION_CHARS * 2)
+        out[key] = cut(_collapse(value), QUESTION_CHARS if key == "question" else RESOLUTION_CHARS * 2)
     if not out["question"]:
         raise ValueError("field 'question' is empty")
     for key, limit in (("systems", MAX_SYSTEMS), ("code_refs", MAX_CODE_REFS)):
         value = data.get(key)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ValueError(f"field {key!r} is not a list of strings")
-        out[key] = _unique([_cut(v, 200) for v in value], limit)
+        out[key] = _unique([cut(v, 200) for v in value], limit)
     return out
 
 
@@ -408,7 +409,7 @@ def distill_llm(messages: list[SlackMessage], *, channel: str, transcript: str) 
         temperature=0,
         messages=[
             {"role": "system", "content": _LLM_SYSTEM},
-            {"role": "user", "content": f"Channel #{channel}\n\n{_cut(transcript, LLM_TRANSCRIPT_CHARS)}"},
+            {"role": "user", "content": f"Channel #{channel}\n\n{cut(transcript, LLM_TRANSCRIPT_CHARS)}"},
         ],
         response_format={
             "type": "json_schema",
@@ -433,7 +434,7 @@ def distilled_text(channel: str, distilled: dict[str, Any]) -> str:
         lines.append("Systems: " + ", ".join(distilled["systems"]))
     if distilled.get("code_refs"):
         lines.append("Code: " + "; ".join(distilled["code_refs"]))
-    return _cut("\n".join(lines), EMBED_CHARS)
+    return cut("\n".join(lines), EMBED_CHARS)
 
 
 # -- term statistics ---------------------------------------------------------------------------

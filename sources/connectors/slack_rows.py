@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sources.connectors.base import DocumentRow
-from sources.distill import Distiller, Run, clean_question, distilled_text
+from sources.distill import Distiller, Run, clean_question, cut, distilled_text
 
 TITLE_CHARS = 120
 EMBED_CHARS = 1500
@@ -123,17 +123,6 @@ def ts_datetime(ts: str) -> datetime:
 def valid_ts(value: Any) -> bool:
     """True for a Slack timestamp string such as ``"1518040908.000101"``."""
     return isinstance(value, str) and re.fullmatch(r"\d+(\.\d+)?", value) is not None
-
-
-def cut(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters, at a word boundary when one is near, with "…"."""
-    if len(text) <= limit:
-        return text
-    head = text[: limit - 1]
-    space = head.rfind(" ")
-    if space > limit * 0.8:
-        head = head[:space]
-    return head.rstrip() + "…"
 
 
 def check_workspace_url(value: str | None) -> str | None:
