@@ -35,7 +35,7 @@ RRF_K = 60
 CANDIDATES_PER_RANKER = 50
 FILE_KINDS = {"code_file", "doc_page"}
 CHUNK_KINDS = {"code_chunk", "doc_section"}
-PARENT_KINDS = FILE_KINDS | {"thread", "conversation"}  # rows whose children (chunks, bursts) they merge into
+THREAD_KINDS = {"thread", "conversation"}  # the bursts (children) of one merge into it
 ALL_RANKERS = ("lexical", "dense", "symbol")
 # Opt-in (``rankers=(..., "rare", "recency")``), measured on both evaluation sets: the rare-term
 # IDF list lowered MRR (FastAPI 0.731 -> 0.708, ERB 0.936 -> 0.911) while raising recall@3;
@@ -591,8 +591,8 @@ def _load_hits(ids: Iterable[int]) -> dict[int, Hit]:
 
 
 def merge_and_cap(hits: list[Hit], *, per_group: int = 3) -> list[Hit]:
-    """Merge file-level rows into their best chunk (a thread or conversation into its best
-    burst) and keep at most ``per_group`` hits per file or thread.
+    """Merge file-level rows into their best chunk, bursts into their thread or conversation,
+    and keep at most ``per_group`` hits per file or thread.
 
     ``hits`` must be sorted by descending score; the output keeps that order (scores of merged
     file rows are added to the chunk they merge into, then the list is re-sorted).
@@ -602,8 +602,17 @@ def merge_and_cap(hits: list[Hit], *, per_group: int = 3) -> list[Hit]:
         by_group[hit.group_key].append(hit)
     out: list[Hit] = []
     for group in by_group.values():
-        chunks = [h for h in group if h.kind not in PARENT_KINDS]
-        files = [h for h in group if h.kind in PARENT_KINDS]
+        threads = [h for h in group if h.kind in THREAD_KINDS]
+        bursts = [h for h in group if h.kind == "burst"]
+        if threads and bursts:  # the whole thread is the evidence; its best burst may lift it
+            best = threads[0]
+            best.score = max(best.score, max(b.score for b in bursts))  # max, not sum: a long thread
+            for b in bursts:  # with many bursts must not outrank on their number alone
+                for name, rank in b.ranks.items():
+                    best.ranks.setdefault(f"{name}:burst", rank)
+            group = [h for h in group if h.kind != "burst"]
+        chunks = [h for h in group if h.kind not in FILE_KINDS]
+        files = [h for h in group if h.kind in FILE_KINDS]
         if chunks and files:
             best = chunks[0]
             for f in files:

@@ -96,9 +96,13 @@ def test_llm_planner_and_synthesizer_through_a_loopback_server(kb, settings):
 
 @pytest.mark.django_db
 def test_planner_failing_twice_falls_back_to_search(kb, settings):
-    calls = {"plan": 0}
+    calls = {"plan": 0, "rerank": 0}
 
     def responder(body):
+        if body["messages"][0]["content"].startswith("You rank search results"):
+            calls["rerank"] += 1  # the search tool's reranker: one score per candidate line
+            candidates = [line for line in body["messages"][1]["content"].splitlines() if line.startswith("[")]
+            return json.dumps({"scores": [5] * len(candidates)})
         if body.get("response_format"):
             calls["plan"] += 1
             if calls["plan"] == 1:
@@ -110,7 +114,7 @@ def test_planner_failing_twice_falls_back_to_search(kb, settings):
         settings.OPENAI_BASE_URL = server.base_url
         settings.KB_LLM_MODEL = "test-model"
         result = ask("How do I deploy billing?", scope_for_user(kb.acme.admin))
-    assert calls["plan"] == 2
+    assert calls["plan"] == 2 and calls["rerank"] == 1
     assert result.plan["planner"] == "fallback"
     assert result.plan["tools"] == ["search"]
     assert len(result.plan["errors"]) == 2

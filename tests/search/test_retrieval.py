@@ -39,16 +39,16 @@ def test_merge_folds_file_rows_into_chunks_and_caps_per_file():
     assert merged[0].score == pytest.approx(0.09)
 
 
-def test_merge_folds_a_thread_into_its_best_burst():
-    thread = _hit(10, "thread", "", 0.05)
-    burst = _hit(11, "burst", "", 0.04)
+def test_merge_folds_bursts_into_their_thread():
+    thread = _hit(10, "thread", "", 0.04)
+    burst = _hit(11, "burst", "", 0.05)
     burst.parent_id = 10
     other = _hit(12, "thread", "", 0.03)
     lone = _hit(13, "burst", "", 0.02)
-    lone.parent_id = 99  # its thread did not rank
-    merged = merge_and_cap([thread, burst, other, lone])
-    assert [h.document_id for h in merged] == [11, 12, 13]
-    assert merged[0].score == pytest.approx(0.09) and merged[0].ranks["lexical:file"] == 10
+    lone.parent_id = 99  # its thread did not rank: the burst stands for it
+    merged = merge_and_cap([burst, thread, other, lone])
+    assert [h.document_id for h in merged] == [10, 12, 13]
+    assert merged[0].score == pytest.approx(0.05) and merged[0].ranks["lexical:burst"] == 11
 
 
 @pytest.mark.django_db
