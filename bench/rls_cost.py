@@ -128,7 +128,8 @@ def run(sizes: list[int], n_queries: int, rounds: int, keep: bool) -> None:
 
     from kbportal.db import ensure_embedded_database
 
-    socket_dir, port = ensure_embedded_database((ROOT / ".pgdata").resolve(), "kbportal")
+    pgdata = Path(os.environ.get("KB_PGDATA", ROOT / ".pgdata"))  # where the settings look too
+    socket_dir, port = ensure_embedded_database(pgdata.resolve(), "kbportal")
     django.setup()
     from django.db import connections
 
