@@ -163,6 +163,7 @@ def _sentences(evidence: Evidence) -> list[str]:
     # Headings are titles, not statements; "{ #anchor }" attribute lists are markup.
     text = re.sub(r"(?m)^\s{0,3}#{1,6}\s.*$", "\n", text)
     text = re.sub(r"\{\s*[#.][^{}\n]{0,80}\}", " ", text)
+    text = re.sub(r"</?[A-Za-z][^<>\n]{0,200}>", " ", text)  # inline HTML tags (their text stays)
     text = re.sub(r"[#*>|`]+", " ", text)
     parts = re.split(r"(?<=[.!?])\s+|\n{2,}", text)
     parts = [re.sub(r"\s+([.,;:!?])", r"\1", re.sub(r"\s+", " ", p)).strip() for p in parts]

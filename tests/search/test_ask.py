@@ -181,3 +181,17 @@ def test_extractive_answer_quotes_statements_not_headings_or_anchor_markup():
         "Cookie Parameters: Then declare the cookie parameters using the same structure as with Path. [1]"
     )
     assert "{ #" not in answer.text
+
+
+def test_extractive_answer_drops_inline_html_tags_but_keeps_their_text():
+    from search.pipeline.evidence import Evidence
+    from search.pipeline.synthesizer import extractive_answer
+
+    page = Evidence(
+        n=1, document_id=1, kind="doc_section", title="CORS", url="", score=1.0, tool="search",
+        text='You can configure <abbr title="Cross-Origin Resource Sharing">CORS</abbr> in your FastAPI application.',
+        lexical_rank=1,
+    )  # fmt: skip
+    answer = extractive_answer("How do I configure CORS?", [page])
+    assert "You can configure CORS in your FastAPI application. [1]" in answer.text
+    assert "<abbr" not in answer.text and "</abbr" not in answer.text

@@ -63,6 +63,11 @@ class Command(BaseCommand):
         sources = [self._ensure_source(tenant_id, project_id, spec) for spec in specs]
 
         procs = self._start_services(port, no_serve)
+
+        def stop_on_sigterm(signum, frame):  # `kill` stops the worker and web server too, as Ctrl-C does
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, stop_on_sigterm)
         if not no_serve:
             self.stdout.write(f"web: http://127.0.0.1:{port}/  login: admin / {password}  (usable while ingesting)")
         try:
@@ -84,12 +89,12 @@ class Command(BaseCommand):
                 for ev in result.sources or result.evidence[:3]:
                     self.stdout.write(f"  [{ev.n}] {ev.title} — {ev.url}")
                 self.stdout.write(f"  ({result.timings_ms['total']:.0f} ms, tools: {', '.join(result.plan['tools'])})")
+            web = "" if no_serve else f"  web:   http://127.0.0.1:{port}/   (admin: http://127.0.0.1:{port}/admin/)\n"
             self.stdout.write(
                 self.style.SUCCESS(
-                    f"\nkbportal demo ready in {time.perf_counter() - t_start:.0f}s\n"
-                    f"  web:   http://127.0.0.1:{port}/   (admin: http://127.0.0.1:{port}/admin/)\n"
+                    f"\nkbportal demo ready in {time.perf_counter() - t_start:.0f}s\n{web}"
                     f"  login: admin / {password}\n"
-                    f'  ask:   .venv/bin/python manage.py ask --project everything "your question"'
+                    f'  ask:   .venv/bin/python manage.py ask --tenant demo --project everything "your question"'
                 )
             )
             if no_serve:
