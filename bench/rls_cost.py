@@ -83,28 +83,13 @@ def _build(n: int, socket_dir: str, port: int):
     call_command("migrate", verbosity=0)
 
     from kbportal.tenancy import tenant_context
-    from projects.models import Tenant
-    from projects.services import project_create
-    from sources.services import source_create, source_refresh_term_stats
+    from sources.services import source_refresh_term_stats
 
     rng = np.random.default_rng(42)
     vocab = search_latency._vocabulary(rng)
     owner = psycopg.connect(dbname=BENCH_DB, user="postgres", host=socket_dir, port=port)
     t0 = time.perf_counter()
-    sources = []
-    for slug, count in (("bench-target", n), ("bench-other-1", n // 4), ("bench-other-2", n // 4)):
-        tenant = Tenant.objects.create(name=slug, slug=slug)
-        project = project_create(tenant_id=tenant.pk, name="Everything")
-        source = source_create(
-            tenant_id=tenant.pk, kind="docs", name="Synthetic", config={"path": "/nonexistent"},
-            project_ids=[project.pk],
-        )  # fmt: skip
-        owner.execute("DROP INDEX IF EXISTS document_embedding_hnsw")
-        search_latency._load(
-            owner, tenant_id=tenant.pk, source_id=source.pk, n=count, rng=rng, vocab=vocab, prefix=slug
-        )
-        owner.commit()
-        sources.append((tenant.pk, source.pk))
+    sources = search_latency.load_tenants(owner, n, rng=rng, vocab=vocab)
     owner.execute("SET maintenance_work_mem = '1GB'")
     owner.execute(
         "CREATE INDEX document_embedding_hnsw ON sources_document USING hnsw (embedding vector_cosine_ops) "

@@ -100,6 +100,29 @@ def _load(conn, *, tenant_id: int, source_id: int, n: int, rng, vocab: list[str]
                 copy.write(buf.read())
 
 
+def load_tenants(owner, n: int, *, rng, vocab: list[str]) -> list[tuple[int, int]]:
+    """Tenant ``bench-target`` with ``n`` rows and two others with ``n // 4`` each, one synthetic
+    source apiece, loaded by COPY through ``owner`` (HNSW index dropped: build it afterwards).
+    Returns ``[(tenant id, source id)]``, the target first. Needs Django set up on the bench DB."""
+    from projects.models import Tenant
+    from projects.services import project_create
+    from sources.services import source_create
+
+    sources = []
+    for slug, count in (("bench-target", n), ("bench-other-1", n // 4), ("bench-other-2", n // 4)):
+        tenant = Tenant.objects.create(name=slug, slug=slug)
+        project = project_create(tenant_id=tenant.pk, name="Everything")
+        source = source_create(
+            tenant_id=tenant.pk, kind="docs", name="Synthetic", config={"path": "/nonexistent"},
+            project_ids=[project.pk],
+        )  # fmt: skip
+        owner.execute("DROP INDEX IF EXISTS document_embedding_hnsw")
+        _load(owner, tenant_id=tenant.pk, source_id=source.pk, n=count, rng=rng, vocab=vocab, prefix=slug)
+        owner.commit()
+        sources.append((tenant.pk, source.pk))
+    return sources
+
+
 def run(sizes: list[int], n_queries: int, keep: bool) -> None:
     import numpy as np
     import psycopg
@@ -127,30 +150,16 @@ def run(sizes: list[int], n_queries: int, keep: bool) -> None:
         connections.close_all()
         call_command("migrate", verbosity=0)
         from kbportal.tenancy import tenant_context
-        from projects.services import project_create
         from search.retrieval import hybrid_search
         from sources.selectors import scope_for_operator
-        from sources.services import source_create, source_refresh_term_stats
+        from sources.services import source_refresh_term_stats
 
         rng = np.random.default_rng(42)
         vocab = _vocabulary(rng)
         owner = psycopg.connect(dbname="kbportal_bench", user="postgres", host=socket_dir, port=port)
-        from projects.models import Tenant
 
-        specs = [("bench-target", n), ("bench-other-1", n // 4), ("bench-other-2", n // 4)]
-        sources: list[tuple[int, int]] = []
         t0 = time.perf_counter()
-        for slug, count in specs:
-            tenant = Tenant.objects.create(name=slug, slug=slug)
-            project = project_create(tenant_id=tenant.pk, name="Everything")
-            source = source_create(
-                tenant_id=tenant.pk, kind="docs", name="Synthetic", config={"path": "/nonexistent"},
-                project_ids=[project.pk],
-            )  # fmt: skip
-            owner.execute("DROP INDEX IF EXISTS document_embedding_hnsw")
-            _load(owner, tenant_id=tenant.pk, source_id=source.pk, n=count, rng=rng, vocab=vocab, prefix=slug)
-            owner.commit()
-            sources.append((tenant.pk, source.pk))
+        sources = load_tenants(owner, n, rng=rng, vocab=vocab)
         load_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         owner.execute("SET maintenance_work_mem = '4GB'")

@@ -133,6 +133,6 @@ def rerank(question: str, hits: list, *, limit: int) -> tuple[list, str]:
     if scores is None:
         return hits[:limit], "fusion (llm failed)"
     order = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
-    for i in order:
-        candidates[i].ranks["rerank"] = order.index(i) + 1
+    for rank, i in enumerate(order, 1):
+        candidates[i].ranks["rerank"] = rank
     return [candidates[i] for i in order][:limit], "llm"
