@@ -162,7 +162,6 @@ MAX_TERM_DF = 5000  # ... and so is one in more than 5,000 rows (IDF < 3 at 100k
 KEEP_RAREST = 3  # ... unless every lexeme is that common: then the rarest few are kept
 RARE_IDF = 4.0  # the design's rare-token threshold: ln(N / df) >= 4.0
 MAX_RARE_TERMS = 8
-RERANK_POOL = 20  # hits the reranker reorders (search.rerank.RERANK_CANDIDATES)
 ALL_TERMS_BUDGET = 2000  # rows holding every term join the champion candidates when about this many
 
 
@@ -778,12 +777,12 @@ def hybrid_search(
     hits = merge_and_cap(hits, per_group=per_group)
     reranked_by = ""
     if rerank:
-        from search.rerank import collapse_near_duplicates
+        from search.rerank import RERANK_CANDIDATES, collapse_near_duplicates
         from search.rerank import rerank as rerank_hits
 
         t0 = time.perf_counter()
         # Enough hits that 20 distinct ones remain after the collapse, in all but odd cases.
-        pool = collapse_near_duplicates(hits[: 2 * max(RERANK_POOL, limit)])
+        pool = collapse_near_duplicates(hits[: 2 * max(RERANK_CANDIDATES, limit)])
         hits, reranked_by = rerank_hits(query, pool, limit=limit)
         timings["rerank"] = (time.perf_counter() - t0) * 1000
     hits = hits[:limit]
