@@ -310,7 +310,8 @@ def test_champion_lists_bound_what_a_common_term_ranks(make_tenant, settings):
         ranked = lexical_ranking("ledger escrow", scope, terms=terms, limit=100)
         # champions of 'ledger' + every 'escrow' row (rare: ranked directly), nothing else
         assert set(ranked) == set(champions) | {ids["both"], ids["rare"]}
-        assert ranked[0] in (ids["both"], ids["titled"])
+        # IDF weighting: a row holding the rare 'escrow' (2 rows) outranks the 'ledger' rows (62)
+        assert ranked[0] in (ids["both"], ids["rare"])
         # A champion id that no longer exists (row deleted since the refresh) is simply gone.
         Document.objects.filter(pk=champions[1]).delete()
         assert champions[1] not in lexical_ranking("ledger", scope, limit=100)
@@ -346,3 +347,71 @@ def test_full_text_match_is_leakproof_so_the_gin_index_serves_row_level_security
         assert cursor.fetchone()[0] == 0  # globex's 'zebra' rows stay behind the policy
         cursor.execute("SELECT count(*) FROM sources_document d WHERE d.search_vector @@ 'backoff'::tsquery")
         assert cursor.fetchone()[0] >= 1
+
+
+def test_parts_of_one_function_fold_into_its_first_part():
+    """A long function split into parts is one definition: its parts fold into the lowest part
+    present (signature and docstring) with the best part's score; other symbols stay apart."""
+    part3 = _hit(21, "code_chunk", "docs.py", 0.13)
+    part2 = _hit(22, "code_chunk", "docs.py", 0.08)
+    other = _hit(23, "code_chunk", "docs.py", 0.078)
+    part1 = _hit(24, "code_chunk", "docs.py", 0.077)
+    for hit, part in ((part3, 3), (part2, 2), (part1, 1)):
+        hit.metadata = {"symbol": "get_swagger_ui_html", "part": part}
+    other.metadata = {"symbol": "get_redoc_html", "part": 1}
+    merged = merge_and_cap([part3, part2, other, part1], per_group=3)
+    assert [h.document_id for h in merged] == [24, 23]
+    assert merged[0].score == pytest.approx(0.13)
+    assert merged[0].ranks["lexical:part"] in (21, 22)
+
+
+def test_code_intent_reads_where_the_code_does_something():
+    from search.retrieval import query_intents
+
+    assert "code" in query_intents("Where does the framework combine the lifespan of a router with its children?")
+    assert "code" in query_intents("Where does FastAPI define the object that schedules background work?")
+    assert "code" not in query_intents("Where do I find the onboarding checklist?")
+    assert "code" not in query_intents("Where do we handle refunds for annual plans?")
+
+
+@pytest.mark.django_db
+def test_lexical_weighs_terms_by_idf_and_skips_whole_code_files(make_tenant, settings):
+    """IDF scoring: one rare term outweighs a common term said many times. A whole code file is
+    never ranked lexically (its chunks are), unless code files are all that is asked for."""
+    from kbportal.tenancy import tenant_context
+    from search.retrieval import lexical_ranking, query_terms
+    from sources.models import Document
+    from sources.services import source_create, source_ingest
+
+    settings.KB_CUSTOM_CONNECTORS = {"test_rows": "tests.search.rows_connector.RowsConnector"}
+    t = make_tenant("idf")
+    rows = [
+        {"external_id": f"req{i}", "kind": "doc_section", "title": f"log {i}",
+         "content": f"every request is logged; request ids and request timing, note {i}"}
+        for i in range(30)
+    ] + [
+        {"external_id": f"misc{i}", "kind": "doc_section", "title": f"misc {i}", "content": f"lunch menu {i}"}
+        for i in range(100)
+    ] + [
+        {"external_id": "patch", "kind": "doc_section", "title": "Partial updates",
+         "content": "send a PATCH with only the changed fields of the request"},
+        {"external_id": "bigfile", "kind": "code_file", "title": "app.py", "path": "app.py",
+         "content": "def patch(request):\n    return request\n" * 20},
+    ]  # fmt: skip
+    source = source_create(
+        tenant_id=t.tenant.pk, kind="test_rows", name="Notes", config={"rows": rows}, project_ids=[t.project.pk]
+    )
+    assert source_ingest(tenant_id=t.tenant.pk, source_id=source.pk).status == "succeeded"
+    scope = scope_for_user(t.admin)
+    with tenant_context(t.tenant.pk):
+        ids = dict(Document.objects.filter(source=source).values_list("external_id", "pk"))
+        terms = query_terms("patch request", scope)
+        assert terms.idf("patch") > terms.idf("request") > 0
+        ranked = lexical_ranking("patch request", scope, terms=terms)
+        assert ranked[0] == ids["patch"]
+        assert ids["bigfile"] not in ranked
+        assert lexical_ranking("patch request", scope, terms=terms, kinds=["code_file"]) == [ids["bigfile"]]
+        mixed = lexical_ranking("patch request", scope, terms=terms, kinds=["code_file", "doc_section"])
+        assert ids["bigfile"] not in mixed
+        with pytest.raises(ValueError, match="scoring"):
+            lexical_ranking("patch request", scope, terms=terms, scoring="bm99")
