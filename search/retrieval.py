@@ -435,13 +435,19 @@ def query_identifiers(query: str) -> list[str]:
 
 
 def symbol_ranking(
-    query: str, scope: QueryScope, *, kinds: Sequence[str] | None = None, limit: int = CANDIDATES_PER_RANKER
+    query: str,
+    scope: QueryScope,
+    *,
+    kinds: Sequence[str] | None = None,
+    limit: int = CANDIDATES_PER_RANKER,
+    names: Sequence[str] | None = None,
 ) -> list[int]:
-    """Code rows whose symbol is an identifier the question names, definitions first.
+    """Code rows whose symbol is an identifier the question names (or one of ``names``, best
+    first, when given), definitions first.
 
     ``Class.method`` matches ``method`` too. Empty when the question names no identifier.
     """
-    names = query_identifiers(query)
+    names = list(names) if names is not None else query_identifiers(query)
     if not names:
         return []
     code_kinds = [k for k in ("code_chunk", "code_file") if not kinds or k in kinds]
@@ -457,12 +463,82 @@ def symbol_ranking(
         )
         ORDER BY (lower(d.metadata->>'symbol') = ANY(%(names)s)) DESC,
                  (d.metadata->>'symbol_kind' IN ('class', 'function', 'method')) DESC,
+                 array_position(%(names)s::text[], lower(regexp_replace(d.metadata->>'symbol', '^.*\.', ''))),
                  d.start_line NULLS LAST, d.id
         LIMIT %(limit)s
     """
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return [row[0] for row in cursor.fetchall()]
+
+
+LINK_PROSE_KINDS = ("doc_section", "doc_page")
+LINK_PROSE_HITS = 8  # prose hits whose code names are followed
+LINK_MAX_NAMES = 6
+_LINKED_NAME = re.compile(r"`([A-Za-z_][A-Za-z0-9_.]*)(?:\(\))?`")
+
+
+def linked_name_weights(prose: Sequence[Hit], idf: dict[str, float]) -> dict[str, float]:
+    """``{name: weight}`` of the code names the prose hits (best first) write in backticks:
+    weight = sum over the hits h naming it of idf(name) / rank(h). ``idf`` maps a lowercased
+    name to ln(N / df) in the scope; a name no row holds weighs 0 and is left out. Names are
+    lowercased, last dotted part, at least 3 characters."""
+    weights: dict[str, float] = defaultdict(float)
+    for rank, hit in enumerate(prose, start=1):
+        for name in {m.group(1).split(".")[-1].lower() for m in _LINKED_NAME.finditer(hit.content or "")}:
+            if len(name) > 2 and idf.get(name, 0.0) > 0:
+                weights[name] += idf[name] / rank
+    return dict(weights)
+
+
+def linked_symbol_ranking(fused: Sequence[Hit], scope: QueryScope, *, kinds: Sequence[str]) -> list[int]:
+    """Definitions (class, function, method chunks) of the code names that the best prose hits
+    of ``fused`` (best first) write in backticks, by :func:`linked_name_weights`, at most
+    ``LINK_MAX_NAMES`` names: the docs describe in users' words what a named piece of code
+    does, so a question in those words reaches the code through them. Empty when the prose
+    names nothing defined in the scope's code."""
+    prose = [h for h in fused if h.kind in LINK_PROSE_KINDS][:LINK_PROSE_HITS]
+    names = {m.group(1).split(".")[-1].lower() for h in prose for m in _LINKED_NAME.finditer(h.content or "")}
+    names = sorted(n for n in names if len(n) > 2)
+    if not names:
+        return []
+    where, params = scope_where_sql(scope, kinds)
+    params.update(names=names, sources=list(scope.allowed_source_ids))
+    with connection.cursor() as cursor:
+        # a name's document frequency: of its 'simple' lexeme (CamelCase names are indexed whole)
+        # or of its English stem (a plain word such as "Deferred"), whichever is larger
+        cursor.execute(
+            """
+            SELECT n, (SELECT max(df) FROM (
+                SELECT sum(t.ndoc) AS df FROM sources_termstat t
+                WHERE t.source_id = ANY(%(sources)s)
+                  AND t.lexeme = ANY(array[n] || tsvector_to_array(to_tsvector('english', n)))
+                GROUP BY t.lexeme) per_lexeme)
+            FROM unnest(%(names)s::text[]) AS n
+            """,
+            params,
+        )
+        df = {name: int(n) for name, n in cursor.fetchall() if n}
+        cursor.execute(
+            "SELECT coalesce(sum(indexed_rows), 0) FROM sources_datasource WHERE id = ANY(%(sources)s)", params
+        )
+        n_rows = int(cursor.fetchone()[0])
+        cursor.execute(
+            f"""
+            SELECT d.id, lower(regexp_replace(d.metadata->>'symbol', '^.*\\.', ''))
+            FROM sources_document d
+            WHERE {where} AND d.metadata->>'symbol_kind' IN ('class', 'function', 'method')
+              AND lower(regexp_replace(d.metadata->>'symbol', '^.*\\.', '')) = ANY(%(names)s)
+            ORDER BY d.start_line NULLS LAST, d.id
+            """,
+            params,
+        )
+        defined = cursor.fetchall()
+    idf = {n: math.log(n_rows / d) for n, d in df.items() if d and n_rows > d}
+    weights = linked_name_weights(prose, idf)
+    best = sorted({name for _, name in defined if name in weights}, key=lambda n: (-weights[n], n))[:LINK_MAX_NAMES]
+    order = {name: i for i, name in enumerate(best)}
+    return [doc_id for doc_id, name in sorted((r for r in defined if r[1] in order), key=lambda r: order[r[1]])]
 
 
 SYMBOL_WORDS_SQL = (
@@ -520,13 +596,20 @@ def dense_ranking(
     *,
     kinds: Sequence[str] | None = None,
     limit: int = CANDIDATES_PER_RANKER,
+    symbol_kinds: Sequence[str] | None = None,
 ) -> list[tuple[int, float]]:
     """``(document id, cosine similarity)`` ranked by the HNSW index on the embedding.
 
     Uses pgvector's iterative index scan (``hnsw.iterative_scan = relaxed_order``) so the
-    tenant/source filters do not starve the result list, then re-sorts exactly.
+    tenant/source filters do not starve the result list, then re-sorts exactly. With
+    ``symbol_kinds`` (e.g. ``["class"]``) only code rows defining such a symbol are ranked.
     """
     where, params = scope_where_sql(scope, kinds)
+    if symbol_kinds:
+        # a long function's parts are "block" chunks carrying a part number
+        parts = " OR d.metadata ? 'part'" if {"function", "method"} & set(symbol_kinds) else ""
+        where += f" AND (d.metadata->>'symbol_kind' = ANY(%(symbol_kinds)s){parts})"
+        params["symbol_kinds"] = list(symbol_kinds)
     params.update(vec="[" + ",".join(f"{x:.7f}" for x in query_vector) + "]", limit=limit)
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL hnsw.ef_search = 100")
@@ -805,7 +888,8 @@ def hybrid_search(
         # A question that asks for a kind of thing (a function, a recent change) gets extra
         # rankings restricted to those kinds, so the few code rows are not drowned by prose.
         t0 = time.perf_counter()
-        for family, family_kinds in query_intents(query).items():
+        intents = query_intents(query)
+        for family, family_kinds in intents.items():
             restricted = [k for k in family_kinds if not kinds or k in kinds]
             if not restricted:
                 continue
@@ -818,6 +902,11 @@ def hybrid_search(
                 dense = dense_ranking(query_vector, scope, kinds=restricted)
                 rankings[f"dense:{family}"] = [doc_id for doc_id, _ in dense]
                 similarities.update(dense)
+                wanted = asked_symbol_kinds(query) if family == "code" else ()
+                if wanted:
+                    dense = dense_ranking(query_vector, scope, kinds=restricted, symbol_kinds=wanted)
+                    rankings["dense:" + "|".join(wanted)] = [doc_id for doc_id, _ in dense]
+                    similarities.update(dense)
             if family == "code" and terms is not None:
                 rankings["symbol_name:code"] = symbol_name_ranking(scope, terms=terms, kinds=restricted)
         if any(":" in name for name in rankings):
@@ -826,6 +915,18 @@ def hybrid_search(
         scores, ranks = rrf_fuse(rankings)
         hits_by_id = _load_hits(scores)
         timings["load"] = (time.perf_counter() - t0) * 1000
+        code_kinds = intents.get("code")
+        if code_kinds and "symbol" in rankers and not query_identifiers(query):
+            # The docs name, in backticks, the code that does what the question describes in
+            # the docs' own words: follow the best prose hits' names to their definitions.
+            t0 = time.perf_counter()
+            fused = sorted(hits_by_id.values(), key=lambda h: (-scores[h.document_id], h.document_id))
+            linked = linked_symbol_ranking(fused, scope, kinds=code_kinds)
+            if linked:
+                rankings["linked:code"] = linked
+                scores, ranks = rrf_fuse(rankings)
+                hits_by_id.update(_load_hits([i for i in linked if i not in hits_by_id]))
+            timings["linked"] = (time.perf_counter() - t0) * 1000
     if "recency" in rankers:
         for doc_id, rank in recency_ranks(hits_by_id.values()).items():
             scores[doc_id] += RECENCY_WEIGHT / (RRF_K + rank)
@@ -882,6 +983,24 @@ _INTENTS: dict[str, tuple[tuple[re.Pattern[str], ...], tuple[str, ...]]] = {
     "code": ((_CODE_WORDS, _CODE_IDENTIFIER), ("code_chunk", "code_file")),
     "history": ((_HISTORY_WORDS,), ("commit", "pr")),
 }
+
+
+_ASKED_KIND = re.compile(
+    r"\b(?:which|what)\s+(?:\w+\s+)?(class|classes|exception|exceptions|error|errors|function|functions|"
+    r"method|methods|decorator|decorators)\b",
+    re.I,
+)
+
+
+def asked_symbol_kinds(query: str) -> tuple[str, ...]:
+    """The definition kinds a "which class / function ..." question asks for: ``("class",)``
+    for a class, exception or error; ``("function", "method")`` for a function, method or
+    decorator; ``()`` otherwise."""
+    match = _ASKED_KIND.search(query)
+    if not match:
+        return ()
+    word = match.group(1).lower()
+    return ("class",) if word.startswith(("class", "exception", "error")) else ("function", "method")
 
 
 def query_intents(query: str) -> dict[str, tuple[str, ...]]:

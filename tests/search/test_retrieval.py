@@ -415,3 +415,60 @@ def test_lexical_weighs_terms_by_idf_and_skips_whole_code_files(make_tenant, set
         assert ids["bigfile"] not in mixed
         with pytest.raises(ValueError, match="scoring"):
             lexical_ranking("patch request", scope, terms=terms, scoring="bm99")
+
+
+def test_asked_kinds_read_the_question_shape():
+    from search.retrieval import asked_symbol_kinds
+
+    assert asked_symbol_kinds("Which error is raised when a message fails validation?") == ("class",)
+    assert asked_symbol_kinds("Which route class handles websockets?") == ("class",)
+    assert asked_symbol_kinds("Which helper function parses dates?") == ("function", "method")
+    assert asked_symbol_kinds("How do I deploy?") == ()
+
+
+@pytest.mark.django_db
+def test_code_named_in_the_best_docs_is_followed_to_its_definition(make_tenant, settings):
+    """A question describing behaviour in the docs' words reaches the class the docs name in
+    backticks (the 'linked:code' ranking); a name the docs mention that no code defines leads
+    nowhere; another tenant's definition of the same name is never reached."""
+    from kbportal.tenancy import tenant_context
+    from sources.models import Document
+    from sources.services import source_create, source_ingest
+
+    settings.KB_CUSTOM_CONNECTORS = {"test_rows": "tests.search.rows_connector.RowsConnector"}
+
+    def code_row(ext, symbol, kind, code):
+        return {
+            "external_id": ext, "kind": "code_chunk", "title": f"tasks.py: {symbol}", "path": "tasks.py",
+            "content": code, "start_line": 1, "end_line": 3, "metadata": {"symbol": symbol, "symbol_kind": kind},
+        }  # fmt: skip
+
+    rows = [
+        {"external_id": "guide", "kind": "doc_section", "title": "Work after the reply",
+         "content": "To run work once the reply has gone out, add it to a `Deferred` queue; see also `Missing`."},
+        code_row("deferred", "Deferred", "class", "class Deferred:\n    items = []"),
+        code_row("other", "Ledger", "class", "class Ledger:\n    rows = []"),
+    ] + [
+        {"external_id": f"note{i}", "kind": "doc_section", "title": f"note {i}", "content": f"lunch menu {i}"}
+        for i in range(40)
+    ]  # fmt: skip
+    t = make_tenant("linked")
+    source = source_create(
+        tenant_id=t.tenant.pk, kind="test_rows", name="Repo", config={"rows": rows}, project_ids=[t.project.pk]
+    )
+    assert source_ingest(tenant_id=t.tenant.pk, source_id=source.pk).status == "succeeded"
+    other = make_tenant("linked-other")
+    other_rows = [code_row("deferred", "Deferred", "class", "class Deferred:\n    secret = 1")]
+    other_source = source_create(
+        tenant_id=other.tenant.pk, kind="test_rows", name="Repo", config={"rows": other_rows},
+        project_ids=[other.project.pk],
+    )  # fmt: skip
+    assert source_ingest(tenant_id=other.tenant.pk, source_id=other_source.pk).status == "succeeded"
+
+    scope = scope_for_user(t.admin)
+    hits = hybrid_search("Which class runs work once the reply has gone out?", scope, limit=20).hits
+    with tenant_context(t.tenant.pk):
+        deferred = Document.objects.get(source=source, external_id="deferred").pk
+    linked = [h for h in hits if "linked:code" in h.ranks]
+    assert [h.document_id for h in linked] == [deferred]
+    assert all(h.source_id == source.pk for h in hits)
