@@ -35,6 +35,9 @@ def grant_app_role(sender, using: str = "default", **kwargs) -> None:
         cursor.execute(f'GRANT USAGE ON SCHEMA public TO "{app_role}"')
         cursor.execute(f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{app_role}"')
         cursor.execute(f'GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO "{app_role}"')
+        cursor.execute("SELECT current_setting('server_version_num')::int >= 170000")
+        if cursor.fetchone()[0]:  # PostgreSQL 17+: ANALYZE after a term-statistics refresh
+            cursor.execute(f'GRANT MAINTAIN ON sources_termstat TO "{app_role}"')
     revoke_append_only(connections[using])
 
 

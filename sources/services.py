@@ -435,6 +435,13 @@ def source_refresh_term_stats(source_id: int) -> int:
         )
         row = cursor.fetchone()
     source_refresh_champions(source_id)
+    with connection.cursor() as cursor:
+        # Fresh planner statistics, or the first searches after a large refresh plan the term
+        # lookup as if the table were still empty (bench/search_latency.py at 100k rows: term
+        # lookup median 110 ms before autovacuum's ANALYZE, 2.7 ms after). Needs MAINTAIN
+        # (granted on PostgreSQL 17+ by kbportal.apps.grant_app_role); without it PostgreSQL
+        # only warns and autovacuum catches up later.
+        cursor.execute("ANALYZE sources_termstat")
     return int(row[0]) if row else 0
 
 
