@@ -434,14 +434,14 @@ def source_refresh_term_stats(source_id: int) -> int:
             [source_id, source_id],
         )
         row = cursor.fetchone()
-    source_refresh_champions(source_id)
-    with connection.cursor() as cursor:
-        # Fresh planner statistics, or the first searches after a large refresh plan the term
-        # lookup as if the table were still empty (bench/search_latency.py at 100k rows: term
-        # lookup median 110 ms before autovacuum's ANALYZE, 2.7 ms after). Needs MAINTAIN
-        # (granted on PostgreSQL 17+ by kbportal.apps.grant_app_role); without it PostgreSQL
-        # only warns and autovacuum catches up later.
+        # Fresh planner statistics, or the champion-list update below and the first searches
+        # after a large refresh are planned as if the table were still empty
+        # (bench/search_latency.py at 100k rows: term lookup median 110 ms before autovacuum's
+        # ANALYZE, 2.7 ms after; the champion update ran for over 12 minutes instead of
+        # seconds). Needs MAINTAIN (granted on PostgreSQL 17+ by
+        # kbportal.apps.grant_app_role); without it PostgreSQL only warns.
         cursor.execute("ANALYZE sources_termstat")
+    source_refresh_champions(source_id)
     return int(row[0]) if row else 0
 
 
