@@ -438,7 +438,7 @@ def source_refresh_term_stats(source_id: int) -> int:
         # after a large refresh are planned as if the table were still empty
         # (bench/search_latency.py at 100k rows: term lookup median 110 ms before autovacuum's
         # ANALYZE, 2.7 ms after; the champion update ran for over 12 minutes instead of
-        # seconds). Needs MAINTAIN (granted on PostgreSQL 17+ by
+        # seconds, see source_refresh_champions). Needs MAINTAIN (granted on PostgreSQL 17+ by
         # kbportal.apps.grant_app_role); without it PostgreSQL only warns.
         cursor.execute("ANALYZE sources_termstat")
     source_refresh_champions(source_id)
@@ -472,27 +472,38 @@ def source_refresh_champions(
         cursor.execute(
             "UPDATE sources_termstat SET champions = NULL WHERE source_id = %s AND champions IS NOT NULL", [source_id]
         )
+        # The common lexemes and the average length are computed first and passed as values: as
+        # subqueries of the one statement, the planner (misjudging a freshly written term table)
+        # re-ran them for every row and the update took over 12 minutes at 25k rows.
+        cursor.execute(
+            "SELECT coalesce(array_agg(lexeme), '{}') FROM sources_termstat "
+            "WHERE source_id = %(s)s AND ndoc > %(min_df)s",
+            params,
+        )
+        params["common"] = list(cursor.fetchone()[0])
+        if not params["common"]:
+            return 0
+        cursor.execute(
+            "SELECT greatest(avg(length(search_vector)), 1)::float8 FROM sources_document WHERE source_id = %(s)s",
+            params,
+        )
+        params["avglen"] = float(cursor.fetchone()[0])
         cursor.execute(
             """
-            WITH common AS (
-                SELECT lexeme FROM sources_termstat WHERE source_id = %(s)s AND ndoc > %(min_df)s
-            ), avglen AS (
-                SELECT greatest(avg(length(search_vector)), 1)::float8 AS v
-                FROM sources_document WHERE source_id = %(s)s
-            ), tf AS (
+            WITH tf AS (
                 SELECT u.lexeme, d.id, length(d.search_vector)::float8 AS len,
                        (cardinality(u.positions) + 9 * cardinality(array_positions(u.weights, 'A'))
                         + 3 * cardinality(array_positions(u.weights, 'B')))::float8 AS tf
                 FROM sources_document d, unnest(d.search_vector) AS u
-                WHERE d.source_id = %(s)s AND u.lexeme IN (SELECT lexeme FROM common)
+                WHERE d.source_id = %(s)s AND u.lexeme = ANY(%(common)s::text[])
             ), ranked AS (
                 SELECT tf.lexeme, tf.id, row_number() OVER (
                     PARTITION BY tf.lexeme
                     ORDER BY tf.tf * (%(k1)s + 1)
-                             / (tf.tf + %(k1)s * (1 - %(b)s + %(b)s * tf.len / avglen.v)) DESC,
+                             / (tf.tf + %(k1)s * (1 - %(b)s + %(b)s * tf.len / %(avglen)s)) DESC,
                              tf.id
                 ) AS r
-                FROM tf, avglen
+                FROM tf
             )
             UPDATE sources_termstat AS t SET champions = c.ids
             FROM (SELECT lexeme, array_agg(id ORDER BY r) AS ids FROM ranked WHERE r <= %(n)s GROUP BY lexeme) AS c
