@@ -20,6 +20,10 @@ from search.pipeline.gate import Verdict, missing_terms_note, text_declines
 logger = logging.getLogger(__name__)
 
 NOT_FOUND = "I could not find anything about this in the project's sources."
+UNCITED_NOTE = (
+    "The sources do not contain an answer I can cite: the language model's draft cited none of them, so it is not "
+    "shown."
+)
 _CITATION = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]+")
 _STOP = set(
@@ -312,7 +316,9 @@ def synthesize_stream(
 
     If the LLM fails, the answer is the extractive one with ``error`` saying why. When the LLM
     failed after some text was yielded, that text is superseded: the final ``Answer.text`` is
-    what to show, and no further deltas follow.
+    what to show, and no further deltas follow. So is an LLM answer that cites no evidence and
+    does not say the sources lack the answer: it becomes a decline (``UNCITED_NOTE``, the
+    closest sources), ``answered`` false, ``error`` saying it was replaced.
     """
     verdict = verdict or Verdict(relevant=True)
     if not evidence or not verdict.relevant or not llm_configured():
@@ -345,6 +351,24 @@ def synthesize_stream(
         if not citations.text and not note:  # nothing shown yet: stream the fallback like any answer
             yield from answer.text.splitlines(keepends=True)
         yield answer
+        return
+    if not citations.cited and not text_declines(citations.text):
+        # Nothing in the draft is tied to the evidence: on the evaluation set a small model
+        # wrote such drafts for questions the sources cannot answer, inventing a field name.
+        # The draft is superseded by a decline pointing at the closest sources.
+        logger.info("LLM answer cited no evidence; declining instead: %.200s", citations.text)
+        fallback = extractive_answer(question, evidence, verdict=verdict)
+        lines = [UNCITED_NOTE] + [line for line in fallback.text.splitlines() if line.startswith("- ")]
+        if len(lines) > 1:
+            lines.insert(1, "The closest sources:")
+        yield Answer(
+            text=note + "\n".join(lines),
+            cited=fallback.cited,
+            synthesizer="llm",
+            answered=False,
+            removed_citations=citations.removed,
+            error="the language model's answer cited none of the evidence, so it was replaced",
+        )
         return
     text = note + citations.text
     yield Answer(

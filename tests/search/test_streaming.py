@@ -178,3 +178,34 @@ def test_llm_refusing_before_any_token_streams_the_extractive_answer(kb, setting
     done = events[-1].data
     assert done["fallback"] and "HTTP 503" in done["error"]
     assert tokens and "".join(tokens) == done["text"]
+
+
+@pytest.mark.django_db
+def test_an_llm_answer_citing_no_evidence_is_replaced_by_a_decline(kb, settings):
+    """A draft with no [n] is not grounded in the evidence (a small model invents a field name
+    for a question the sources cannot answer): the answer declines and points at the closest
+    sources instead. A draft that itself says the sources lack the answer is kept as written."""
+    from search.pipeline.gate import text_declines
+    from search.pipeline.synthesizer import UNCITED_NOTE
+
+    drafts = {"answer": ["The field is ", "`build_sequence`", "; increment it by one."]}
+
+    def responder(body):
+        if body.get("response_format"):
+            return PLAN
+        return drafts["answer"]
+
+    with FakeOpenAIServer(responder) as server:
+        _use(settings, server)
+        events = _events("How do I deploy the billing service?", scope_for_user(kb.acme.admin))
+        done = events[-1].data
+        assert done["text"].startswith(UNCITED_NOTE) and "build_sequence" not in done["text"]
+        assert text_declines(done["text"]) and done["answered"] is False
+        assert done["fallback"] and "cited none of the evidence" in done["error"]
+        assert done["cited"] and {s["n"] for s in done["sources"]} == set(done["cited"])
+
+        drafts["answer"] = ["The sources do not mention ", "how to deploy it."]
+        events = _events("How do I deploy the billing service?", scope_for_user(kb.acme.admin))
+        done = events[-1].data
+        assert done["text"] == "The sources do not mention how to deploy it." and not done["fallback"]
+        assert done["answered"] is False and done["cited"] == []
