@@ -55,6 +55,15 @@ def make_tenant(db):
 
 
 @pytest.fixture(autouse=True)
+def _no_llm_from_the_environment(settings):
+    """A developer's shell may point OPENAI_BASE_URL / KB_LLM_MODEL at a real model; tests run
+    without one unless they start their own loopback server (``tests.llm_server``)."""
+    settings.OPENAI_BASE_URL = ""
+    settings.OPENAI_API_KEY = ""
+    settings.KB_LLM_MODEL = ""
+
+
+@pytest.fixture(autouse=True)
 def _empty_cache():
     """Rate-limit counts (the web ask limit, DRF throttles, allauth) live in Django's cache, which
     outlives a test; each test starts with none, so one test's questions never throttle another's."""
