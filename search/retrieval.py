@@ -708,7 +708,7 @@ def _load_hits(ids: Iterable[int]) -> dict[int, Hit]:
         return {r[0]: hit_from_row(r) for r in cursor.fetchall()}
 
 
-def merge_and_cap(hits: list[Hit], *, per_group: int = 3) -> list[Hit]:
+def merge_and_cap(hits: list[Hit], *, per_group: int = 3, fold_parts: bool = True) -> list[Hit]:
     """Merge file-level rows into their best chunk, bursts into their thread or conversation,
     and keep at most ``per_group`` hits per file or thread.
 
@@ -738,7 +738,8 @@ def merge_and_cap(hits: list[Hit], *, per_group: int = 3) -> list[Hit]:
                 for name, rank in f.ranks.items():
                     best.ranks.setdefault(f"{name}:file", rank)
             group = chunks
-        group = _fold_function_parts(group)
+        if fold_parts:
+            group = _fold_function_parts(group)
         out.extend(group[:per_group])
     out.sort(key=lambda h: (-h.score, h.document_id))
     return out
@@ -842,10 +843,13 @@ def hybrid_search(
     per_group: int = 3,
     expand: bool = True,
     rerank: bool = False,
+    fold_parts: bool = True,
 ) -> SearchResult:
     """Search the scope's rows: lexical + dense rankings, RRF-fused, merged, capped per file.
 
-    With ``rerank``, near-duplicates are then collapsed and the top 20 reranked
+    ``fold_parts=False`` keeps the parts of a long function apart (``search_code`` fuses them
+    with grep hits, which are part-precise). With ``rerank``, near-duplicates are then
+    collapsed and the top 20 reranked
     (``search.rerank``: one LLM call when configured, else the fusion order). Returns at most
     ``limit`` hits, best first, with timings in milliseconds. Raises ``EmptyQuery`` for a blank
     question. Runs inside the scope's tenant context (opens one).
@@ -941,7 +945,7 @@ def hybrid_search(
         hit.similarity = similarities.get(doc_id)
         hits.append(hit)
     hits.sort(key=lambda h: (-h.score, h.document_id))
-    hits = merge_and_cap(hits, per_group=per_group)
+    hits = merge_and_cap(hits, per_group=per_group, fold_parts=fold_parts)
     reranked_by = ""
     if rerank:
         from search.rerank import RERANK_CANDIDATES, collapse_near_duplicates

@@ -580,7 +580,8 @@ def search_code(*, query: str, scope: QueryScope, limit: int = 10) -> list[Evide
     Only rows ``scope`` may read. Raises ``EmptyQuery`` for a blank question.
     """
     grep = grep_code(query, scope)
-    hybrid = hybrid_search(query, scope, limit=HYBRID_CANDIDATES, kinds=CODE_KINDS).hits
+    # Parts of a long function stay apart here: grep maps each matched line to its part.
+    hybrid = hybrid_search(query, scope, limit=HYBRID_CANDIDATES, kinds=CODE_KINDS, fold_parts=False).hits
     grep_rows = grep.rows[:GREP_CANDIDATES]
     scores, ranks = rrf_fuse({"grep": [r.document_id for r in grep_rows], "hybrid": [h.document_id for h in hybrid]})
     best = sorted(scores, key=lambda d: (-scores[d], d))[:limit]
