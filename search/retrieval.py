@@ -435,19 +435,13 @@ def query_identifiers(query: str) -> list[str]:
 
 
 def symbol_ranking(
-    query: str,
-    scope: QueryScope,
-    *,
-    kinds: Sequence[str] | None = None,
-    limit: int = CANDIDATES_PER_RANKER,
-    names: Sequence[str] | None = None,
+    query: str, scope: QueryScope, *, kinds: Sequence[str] | None = None, limit: int = CANDIDATES_PER_RANKER
 ) -> list[int]:
-    """Code rows whose symbol is an identifier the question names (or one of ``names``, best
-    first, when given), definitions first.
+    """Code rows whose symbol is an identifier the question names, definitions first.
 
     ``Class.method`` matches ``method`` too. Empty when the question names no identifier.
     """
-    names = list(names) if names is not None else query_identifiers(query)
+    names = query_identifiers(query)
     if not names:
         return []
     code_kinds = [k for k in ("code_chunk", "code_file") if not kinds or k in kinds]
@@ -463,7 +457,6 @@ def symbol_ranking(
         )
         ORDER BY (lower(d.metadata->>'symbol') = ANY(%(names)s)) DESC,
                  (d.metadata->>'symbol_kind' IN ('class', 'function', 'method')) DESC,
-                 array_position(%(names)s::text[], lower(regexp_replace(d.metadata->>'symbol', '^.*\.', ''))),
                  d.start_line NULLS LAST, d.id
         LIMIT %(limit)s
     """
@@ -478,29 +471,35 @@ LINK_MAX_NAMES = 6
 _LINKED_NAME = re.compile(r"`([A-Za-z_][A-Za-z0-9_.]*)(?:\(\))?`")
 
 
-def linked_name_weights(prose: Sequence[Hit], idf: dict[str, float]) -> dict[str, float]:
-    """``{name: weight}`` of the code names the prose hits (best first) write in backticks:
-    weight = sum over the hits h naming it of idf(name) / rank(h). ``idf`` maps a lowercased
-    name to ln(N / df) in the scope; a name no row holds weighs 0 and is left out. Names are
-    lowercased, last dotted part, at least 3 characters."""
+def _backticked_names(hit: Hit) -> set[str]:
+    """Code names ``hit``'s text writes in backticks: lowercased, last dotted part, 3+ characters."""
+    names = {m.group(1).split(".")[-1].lower() for m in _LINKED_NAME.finditer(hit.content or "")}
+    return {n for n in names if len(n) > 2}
+
+
+def linked_name_weights(prose: Sequence[set[str]], idf: dict[str, float]) -> dict[str, float]:
+    """``{name: weight}`` of the code names of the prose hits (best first, each given as its
+    :func:`_backticked_names`): weight = sum over the hits h naming it of idf(name) / rank(h).
+    ``idf`` maps a name to ln(N / df) in the scope; a name no row holds weighs 0 and is left out."""
     weights: dict[str, float] = defaultdict(float)
-    for rank, hit in enumerate(prose, start=1):
-        for name in {m.group(1).split(".")[-1].lower() for m in _LINKED_NAME.finditer(hit.content or "")}:
-            if len(name) > 2 and idf.get(name, 0.0) > 0:
+    for rank, names in enumerate(prose, start=1):
+        for name in names:
+            if idf.get(name, 0.0) > 0:
                 weights[name] += idf[name] / rank
     return dict(weights)
 
 
-def linked_symbol_ranking(fused: Sequence[Hit], scope: QueryScope, *, kinds: Sequence[str]) -> list[int]:
+def linked_symbol_ranking(
+    fused: Sequence[Hit], scope: QueryScope, *, kinds: Sequence[str], terms: QueryTerms
+) -> list[int]:
     """Definitions (class, function, method chunks) of the code names that the best prose hits
     of ``fused`` (best first) write in backticks, by :func:`linked_name_weights`, at most
     ``LINK_MAX_NAMES`` names: the docs describe in users' words what a named piece of code
-    does, so a question in those words reaches the code through them. Empty when the prose
-    names nothing defined in the scope's code."""
-    prose = [h for h in fused if h.kind in LINK_PROSE_KINDS][:LINK_PROSE_HITS]
-    names = {m.group(1).split(".")[-1].lower() for h in prose for m in _LINKED_NAME.finditer(h.content or "")}
-    names = sorted(n for n in names if len(n) > 2)
-    if not names:
+    does, so a question in those words reaches the code through them. ``terms`` gives the
+    scope's row count. Empty when the prose names nothing defined in the scope's code."""
+    prose = [_backticked_names(h) for h in fused if h.kind in LINK_PROSE_KINDS][:LINK_PROSE_HITS]
+    names = sorted(set().union(*prose)) if prose else []
+    if not names or not terms.n_rows:
         return []
     where, params = scope_where_sql(scope, kinds)
     params.update(names=names, sources=list(scope.allowed_source_ids))
@@ -520,10 +519,6 @@ def linked_symbol_ranking(fused: Sequence[Hit], scope: QueryScope, *, kinds: Seq
         )
         df = {name: int(n) for name, n in cursor.fetchall() if n}
         cursor.execute(
-            "SELECT coalesce(sum(indexed_rows), 0) FROM sources_datasource WHERE id = ANY(%(sources)s)", params
-        )
-        n_rows = int(cursor.fetchone()[0])
-        cursor.execute(
             f"""
             SELECT d.id, lower(regexp_replace(d.metadata->>'symbol', '^.*\\.', ''))
             FROM sources_document d
@@ -534,7 +529,7 @@ def linked_symbol_ranking(fused: Sequence[Hit], scope: QueryScope, *, kinds: Seq
             params,
         )
         defined = cursor.fetchall()
-    idf = {n: math.log(n_rows / d) for n, d in df.items() if d and n_rows > d}
+    idf = {n: math.log(terms.n_rows / d) for n, d in df.items() if terms.n_rows > d}
     weights = linked_name_weights(prose, idf)
     best = sorted({name for _, name in defined if name in weights}, key=lambda n: (-weights[n], n))[:LINK_MAX_NAMES]
     order = {name: i for i, name in enumerate(best)}
@@ -920,12 +915,12 @@ def hybrid_search(
         hits_by_id = _load_hits(scores)
         timings["load"] = (time.perf_counter() - t0) * 1000
         code_kinds = intents.get("code")
-        if code_kinds and "symbol" in rankers and not query_identifiers(query):
+        if code_kinds and "symbol" in rankers and terms is not None and not query_identifiers(query):
             # The docs name, in backticks, the code that does what the question describes in
             # the docs' own words: follow the best prose hits' names to their definitions.
             t0 = time.perf_counter()
             fused = sorted(hits_by_id.values(), key=lambda h: (-scores[h.document_id], h.document_id))
-            linked = linked_symbol_ranking(fused, scope, kinds=code_kinds)
+            linked = linked_symbol_ranking(fused, scope, kinds=code_kinds, terms=terms)
             if linked:
                 rankings["linked:code"] = linked
                 scores, ranks = rrf_fuse(rankings)

@@ -219,18 +219,28 @@ def extractive_answer(question: str, evidence: list[Evidence], *, verdict: Verdi
     counts as declined (``answered`` false) while still pointing at the closest sources.
     """
     verdict = verdict or Verdict(relevant=True)
-    picked = [ev for ev in evidence if ev.is_relevant][:EXTRACTIVE_BLOCKS] if verdict.relevant else []
+    picked = _closest(evidence) if verdict.relevant else []
     if not picked:
         return Answer(text=NOT_FOUND, cited=[], synthesizer="extractive", answered=False)
-    q = _terms(question)
     partial = verdict.coverage.partial
     header = (
         [missing_terms_note(verdict.coverage), "The closest sources:"]
         if partial
         else ["From the best-matching sources:"]
     )
-    lines = header + [f"- {_describe(q, ev)} [{ev.n}]" for ev in picked]
+    lines = header + _pointer_lines(question, picked)
     return Answer(text="\n".join(lines), cited=[ev.n for ev in picked], synthesizer="extractive", answered=not partial)
+
+
+def _closest(evidence: list[Evidence]) -> list[Evidence]:
+    """The first ``EXTRACTIVE_BLOCKS`` relevant blocks, in retrieval order."""
+    return [ev for ev in evidence if ev.is_relevant][:EXTRACTIVE_BLOCKS]
+
+
+def _pointer_lines(question: str, picked: list[Evidence]) -> list[str]:
+    """One ``- <best sentence or symbol> [n]`` line per block."""
+    q = _terms(question)
+    return [f"- {_describe(q, ev)} [{ev.n}]" for ev in picked]
 
 
 SYSTEM_PROMPT = (
@@ -357,13 +367,11 @@ def synthesize_stream(
         # wrote such drafts for questions the sources cannot answer, inventing a field name.
         # The draft is superseded by a decline pointing at the closest sources.
         logger.info("LLM answer cited no evidence; declining instead: %.200s", citations.text)
-        fallback = extractive_answer(question, evidence, verdict=verdict)
-        lines = [UNCITED_NOTE] + [line for line in fallback.text.splitlines() if line.startswith("- ")]
-        if len(lines) > 1:
-            lines.insert(1, "The closest sources:")
+        picked = _closest(evidence)
+        lines = [UNCITED_NOTE] + (["The closest sources:", *_pointer_lines(question, picked)] if picked else [])
         yield Answer(
             text=note + "\n".join(lines),
-            cited=fallback.cited,
+            cited=[ev.n for ev in picked],
             synthesizer="llm",
             answered=False,
             removed_citations=citations.removed,

@@ -25,6 +25,18 @@ def _hit(doc_id, kind, path, score):
     )  # fmt: skip
 
 
+def _ingest_rows(tenant, rows, name="Notes"):
+    """A ``test_rows`` source of ``tenant`` (a ``make_tenant`` result) holding ``rows``, ingested."""
+    from sources.services import source_create, source_ingest
+
+    source = source_create(
+        tenant_id=tenant.tenant.pk, kind="test_rows", name=name, config={"rows": rows},
+        project_ids=[tenant.project.pk],
+    )  # fmt: skip
+    assert source_ingest(tenant_id=tenant.tenant.pk, source_id=source.pk).status == "succeeded"
+    return source
+
+
 def test_merge_folds_file_rows_into_chunks_and_caps_per_file():
     hits = [
         _hit(1, "code_chunk", "a.py", 0.05),
@@ -381,7 +393,6 @@ def test_lexical_weighs_terms_by_idf_and_skips_whole_code_files(make_tenant, set
     from kbportal.tenancy import tenant_context
     from search.retrieval import lexical_ranking, query_terms
     from sources.models import Document
-    from sources.services import source_create, source_ingest
 
     settings.KB_CUSTOM_CONNECTORS = {"test_rows": "tests.search.rows_connector.RowsConnector"}
     t = make_tenant("idf")
@@ -398,10 +409,7 @@ def test_lexical_weighs_terms_by_idf_and_skips_whole_code_files(make_tenant, set
         {"external_id": "bigfile", "kind": "code_file", "title": "app.py", "path": "app.py",
          "content": "def patch(request):\n    return request\n" * 20},
     ]  # fmt: skip
-    source = source_create(
-        tenant_id=t.tenant.pk, kind="test_rows", name="Notes", config={"rows": rows}, project_ids=[t.project.pk]
-    )
-    assert source_ingest(tenant_id=t.tenant.pk, source_id=source.pk).status == "succeeded"
+    source = _ingest_rows(t, rows)
     scope = scope_for_user(t.admin)
     with tenant_context(t.tenant.pk):
         ids = dict(Document.objects.filter(source=source).values_list("external_id", "pk"))
@@ -433,7 +441,6 @@ def test_code_named_in_the_best_docs_is_followed_to_its_definition(make_tenant, 
     nowhere; another tenant's definition of the same name is never reached."""
     from kbportal.tenancy import tenant_context
     from sources.models import Document
-    from sources.services import source_create, source_ingest
 
     settings.KB_CUSTOM_CONNECTORS = {"test_rows": "tests.search.rows_connector.RowsConnector"}
 
@@ -453,17 +460,9 @@ def test_code_named_in_the_best_docs_is_followed_to_its_definition(make_tenant, 
         for i in range(40)
     ]  # fmt: skip
     t = make_tenant("linked")
-    source = source_create(
-        tenant_id=t.tenant.pk, kind="test_rows", name="Repo", config={"rows": rows}, project_ids=[t.project.pk]
-    )
-    assert source_ingest(tenant_id=t.tenant.pk, source_id=source.pk).status == "succeeded"
+    source = _ingest_rows(t, rows, name="Repo")
     other = make_tenant("linked-other")
-    other_rows = [code_row("deferred", "Deferred", "class", "class Deferred:\n    secret = 1")]
-    other_source = source_create(
-        tenant_id=other.tenant.pk, kind="test_rows", name="Repo", config={"rows": other_rows},
-        project_ids=[other.project.pk],
-    )  # fmt: skip
-    assert source_ingest(tenant_id=other.tenant.pk, source_id=other_source.pk).status == "succeeded"
+    _ingest_rows(other, [code_row("deferred", "Deferred", "class", "class Deferred:\n    secret = 1")], name="Repo")
 
     scope = scope_for_user(t.admin)
     hits = hybrid_search("Which class runs work once the reply has gone out?", scope, limit=20).hits
