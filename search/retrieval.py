@@ -554,7 +554,12 @@ def compound_splits(lexemes: Iterable[str], *, min_part: int = 3) -> list[str]:
 
 
 def symbol_name_ranking(
-    scope: QueryScope, *, terms: QueryTerms, kinds: Sequence[str], limit: int = CANDIDATES_PER_RANKER
+    scope: QueryScope,
+    *,
+    terms: QueryTerms,
+    kinds: Sequence[str],
+    limit: int = CANDIDATES_PER_RANKER,
+    symbol_kinds: Sequence[str] | None = None,
 ) -> list[int]:
     """Code definitions whose *name's words* the question uses, the best-covered names first.
 
@@ -562,12 +567,14 @@ def symbol_name_ranking(
     question's "websocket" also matches its adjacent "web socket" (``compound_splits``); ranked
     by ``ts_rank`` with length normalisation 1 (divide by 1 + ln(words in the name)), so a name
     matching more of the question wins over a shorter one matching less, and among names
-    matching as much the shorter wins.
+    matching as much the shorter wins. With ``symbol_kinds`` only definitions of those kinds
+    (and, for functions, a long function's parts) are ranked, as in :func:`dense_ranking`.
     """
     lexemes = [lx for lx in terms.lexemes if terms.df.get(lx)]
     if not lexemes:
         return []
     where, params = scope_where_sql(scope, kinds)
+    where += _symbol_kinds_sql(symbol_kinds, params)
     params.update(q=_tsquery_literal(lexemes), compounds=compound_splits(terms.lexemes), limit=limit)
     # A question's "websocket" also matches a name's adjacent words "web socket" (WebSocket...).
     query = """(%(q)s::tsquery || coalesce((
@@ -585,6 +592,16 @@ def symbol_name_ranking(
         return [row[0] for row in cursor.fetchall()]
 
 
+def _symbol_kinds_sql(symbol_kinds: Sequence[str] | None, params: dict[str, Any]) -> str:
+    """The ``AND ...`` restricting rows to definitions of ``symbol_kinds`` ("" for none); a long
+    function's parts ("block" chunks carrying a part number) count as functions."""
+    if not symbol_kinds:
+        return ""
+    params["symbol_kinds"] = list(symbol_kinds)
+    parts = " OR d.metadata ? 'part'" if {"function", "method"} & set(symbol_kinds) else ""
+    return f" AND (d.metadata->>'symbol_kind' = ANY(%(symbol_kinds)s){parts})"
+
+
 def dense_ranking(
     query_vector: Sequence[float],
     scope: QueryScope,
@@ -600,11 +617,7 @@ def dense_ranking(
     ``symbol_kinds`` (e.g. ``["class"]``) only code rows defining such a symbol are ranked.
     """
     where, params = scope_where_sql(scope, kinds)
-    if symbol_kinds:
-        # a long function's parts are "block" chunks carrying a part number
-        parts = " OR d.metadata ? 'part'" if {"function", "method"} & set(symbol_kinds) else ""
-        where += f" AND (d.metadata->>'symbol_kind' = ANY(%(symbol_kinds)s){parts})"
-        params["symbol_kinds"] = list(symbol_kinds)
+    where += _symbol_kinds_sql(symbol_kinds, params)
     params.update(vec="[" + ",".join(f"{x:.7f}" for x in query_vector) + "]", limit=limit)
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL hnsw.ef_search = 100")
@@ -735,9 +748,32 @@ def merge_and_cap(hits: list[Hit], *, per_group: int = 3, fold_parts: bool = Tru
             group = chunks
         if fold_parts:
             group = _fold_function_parts(group)
-        out.extend(group[:per_group])
+        out.extend(_cap_per_unit(group, per_group))
     out.sort(key=lambda h: (-h.score, h.document_id))
     return out
+
+
+def _cap_unit(hit: Hit) -> str:
+    """The unit the per-file cap counts in: a class's own chunk and its methods' chunks form
+    one unit (``APIRouter``, ``APIRouter.websocket``), everything else in the file another. A
+    long module holding several classes (FastAPI's 6,000-line ``routing.py``) is several units,
+    as it would be several files in a codebase with one class per file."""
+    symbol = str(hit.metadata.get("symbol") or "") if hit.kind == "code_chunk" else ""
+    if "." in symbol or hit.metadata.get("symbol_kind") == "class":
+        return symbol.split(".")[0]
+    return ""
+
+
+def _cap_per_unit(group: list[Hit], per_group: int) -> list[Hit]:
+    """At most ``per_group`` hits of ``group`` (one file, best first) per :func:`_cap_unit`."""
+    counts: dict[str, int] = defaultdict(int)
+    kept = []
+    for hit in group:
+        unit = _cap_unit(hit)
+        if counts[unit] < per_group:
+            counts[unit] += 1
+            kept.append(hit)
+    return kept
 
 
 def _fold_function_parts(group: list[Hit]) -> list[Hit]:
@@ -908,6 +944,12 @@ def hybrid_search(
                     similarities.update(dense)
             if family == "code" and terms is not None:
                 rankings["symbol_name:code"] = symbol_name_ranking(scope, terms=terms, kinds=restricted)
+                wanted = asked_symbol_kinds(query)
+                if wanted:
+                    # "which error...": the names of the asked kind of definition, apart
+                    rankings["symbol_name:" + "|".join(wanted)] = symbol_name_ranking(
+                        scope, terms=terms, kinds=restricted, symbol_kinds=wanted
+                    )
         if any(":" in name for name in rankings):
             timings["intents"] = (time.perf_counter() - t0) * 1000
         t0 = time.perf_counter()

@@ -260,6 +260,20 @@ def test_symbol_name_ranker_reads_the_words_of_definition_names(make_tenant, set
     with tenant_context(scope.tenant_id):
         ranked = symbol_name_ranking(scope, terms=query_terms(question, scope), kinds=["code_chunk"])
     assert external[ranked[0]] == "errors.py#WebSocketRequestValidationError"
+    # "Which function ..." restricts the names to functions (and long functions' parts).
+    handler = chunk("websocket_request_validation_handler", "def websocket_request_validation_handler(): ...")
+    handler["external_id"] = "errors.py#handler"
+    handler["metadata"]["symbol_kind"] = "function"
+    _ingest_rows(t, [handler], name="Handlers")
+    scope = scope_for_user(t.admin)
+    with tenant_context(scope.tenant_id):
+        terms = query_terms(question, scope)
+        classes = symbol_name_ranking(scope, terms=terms, kinds=["code_chunk"], symbol_kinds=["class"])
+        functions = symbol_name_ranking(scope, terms=terms, kinds=["code_chunk"], symbol_kinds=["function"])
+        external = dict(Document.objects.filter(pk__in=classes + functions).values_list("pk", "external_id"))
+    assert "errors.py#handler" not in [external[i] for i in classes]
+    assert external[classes[0]] == "errors.py#WebSocketRequestValidationError"
+    assert [external[i] for i in functions] == ["errors.py#handler"]
     # The planner can only use the expression index when the query's expression is the index's.
     migration = importlib.import_module("sources.migrations.0008_symbol_words_index")
     assert SYMBOL_WORDS_SQL.replace("d.metadata", "metadata") == migration.EXPRESSION
@@ -375,6 +389,20 @@ def test_parts_of_one_function_fold_into_its_first_part():
     assert [h.document_id for h in merged] == [24, 23]
     assert merged[0].score == pytest.approx(0.13)
     assert merged[0].ranks["lexical:part"] in (21, 22)
+
+
+def test_the_cap_counts_each_class_of_a_long_module_apart():
+    """A class and its methods are one unit of the per-file cap; top-level code another."""
+    methods = [_hit(31 + i, "code_chunk", "routing.py", 0.1 - i / 100) for i in range(4)]
+    for i, hit in enumerate(methods):
+        hit.metadata = {"symbol": f"APIRouter.websocket_{i}", "symbol_kind": "method"}
+    route = _hit(40, "code_chunk", "routing.py", 0.05)
+    route.metadata = {"symbol": "APIWebSocketRoute", "symbol_kind": "class"}
+    functions = [_hit(41 + i, "code_chunk", "routing.py", 0.04 - i / 100) for i in range(4)]
+    for i, hit in enumerate(functions):
+        hit.metadata = {"symbol": f"helper_{i}", "symbol_kind": "function"}
+    merged = merge_and_cap([*methods, route, *functions], per_group=3)
+    assert [h.document_id for h in merged] == [31, 32, 33, 40, 41, 42, 43]
 
 
 def test_code_intent_reads_where_the_code_does_something():
