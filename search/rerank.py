@@ -11,8 +11,10 @@
    configured, one call scores every candidate 0-10 for how well it answers the question; the
    order is by that score, fusion order breaking ties. On any failure (error, timeout, a reply
    that is not the expected JSON) the fusion order stays. Without an LLM the fusion order stays
-   too: the local alternatives measured on the evaluation sets (see the README) cost more than
-   they earned.
+   too. No cross-encoder's weights install offline (PyPI only), and the local model the fusion
+   already holds loses as a reranker: reordering the top 20 by the question's cosine
+   similarity to each candidate's embedding took FastAPI MRR@10 from 0.909 to 0.618 and ERB from
+   0.982 to 0.936; an RRF blend of fusion and similarity ranks, to 0.853 and 0.964 (2026-11-30).
 """
 
 from __future__ import annotations
