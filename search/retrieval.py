@@ -542,14 +542,20 @@ SYMBOL_WORDS_SQL = (
 )
 
 
+MAX_SPLIT_CHARS = 24  # a longer "word" is no compound of two code-name words
+MAX_SPLIT_WORDS = 8  # words split per question: at most 8 x 19 phrases in the ranking's tsquery
+
+
 def compound_splits(lexemes: Iterable[str], *, min_part: int = 3) -> list[str]:
     """Every split of each alphabetic lexeme into two parts of at least ``min_part`` letters,
     as "left right" strings: ``websocket`` -> ``web socket``, ``webs ocket``, ... (a code name
-    writes as two words what prose writes as one)."""
-    splits = []
-    for lexeme in lexemes:
-        if lexeme.isalpha() and len(lexeme) >= 2 * min_part:
-            splits.extend(f"{lexeme[:i]} {lexeme[i:]}" for i in range(min_part, len(lexeme) - min_part + 1))
+    writes as two words what prose writes as one). Only the first ``MAX_SPLIT_WORDS`` lexemes
+    of ``2 * min_part`` to ``MAX_SPLIT_CHARS`` letters are split: every phrase is matched
+    against every named definition, so the count must not grow with the question."""
+    splits: list[str] = []
+    words = [lx for lx in lexemes if lx.isalpha() and 2 * min_part <= len(lx) <= MAX_SPLIT_CHARS]
+    for lexeme in words[:MAX_SPLIT_WORDS]:
+        splits.extend(f"{lexeme[:i]} {lexeme[i:]}" for i in range(min_part, len(lexeme) - min_part + 1))
     return splits
 
 

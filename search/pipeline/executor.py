@@ -1,11 +1,14 @@
 """Executor: runs the planned tools in parallel with per-tool timeouts.
 
-A failing or timed-out tool is reported in the result's ``tool_errors``, never fatal. Each tool
-runs in its own thread with its own database connection and opens the tenant context itself.
+A failing or timed-out tool is reported in the result's ``tool_errors``, never fatal: by the
+exception's type only (its message may quote SQL, file paths or a provider's reply; it goes to
+the server log). Each tool runs in its own thread with its own database connection and opens
+the tenant context itself.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor, TimeoutError
 from dataclasses import dataclass, field
@@ -17,7 +20,15 @@ from search.pipeline.planner import Plan
 from search.tools.base import run_tool
 from sources.selectors import QueryScope
 
+logger = logging.getLogger(__name__)
+
 TOOL_TIMEOUT_SECONDS = 20.0
+
+
+def _tool_error(key: str, exc: BaseException) -> str:
+    """What the answer's metadata says of a failed tool: the exception's type, never its message."""
+    logger.warning("tool %s failed", key, exc_info=exc)
+    return f"failed ({type(exc).__name__}); see the server log"
 
 
 @dataclass
@@ -53,7 +64,7 @@ def execute_plan(
             tools_run.append({"tool": call.tool, "query": call.query, "rows": len(rows), "ms": round(ms, 1)})
         except Exception as exc:
             key = f"{call.tool}({call.query[:60]})"
-            errors[key] = f"{type(exc).__name__}: {exc}"[:300]
+            errors[key] = _tool_error(key, exc)
             tools_run.append({"tool": call.tool, "query": call.query, "error": errors[key]})
         return ExecutionResult(evidence=number_evidence(groups, limit=limit), tools_run=tools_run, tool_errors=errors)
     pool = ThreadPoolExecutor(max_workers=max(1, len(plan.calls)), thread_name_prefix="kb-tool")
@@ -69,7 +80,7 @@ def execute_plan(
                 errors[key] = f"timed out after {timeout:.0f} s"
                 tools_run.append({"tool": call.tool, "query": call.query, "error": errors[key]})
             except Exception as exc:  # a broken tool never sinks the answer
-                errors[key] = f"{type(exc).__name__}: {exc}"[:300]
+                errors[key] = _tool_error(key, exc)
                 tools_run.append({"tool": call.tool, "query": call.query, "error": errors[key]})
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
