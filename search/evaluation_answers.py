@@ -56,8 +56,8 @@ class AnswerResult:
 
 
 JUDGE_PROMPT = (
-    "You check whether an ANSWER states a FACT. Reply with JSON only: "
-    '{"stated": true} if the answer states the fact (in any wording), else {"stated": false}.'
+    "You are a strict grader. Read the ANSWER, then decide whether it states the FACT (the same "
+    'information, in any wording). Reply with JSON only: {"stated": true} or {"stated": false}.'
 )
 
 
@@ -72,7 +72,7 @@ def judge_fact(answer: str, fact: str) -> bool | None:
             model=settings.KB_LLM_MODEL,
             messages=[
                 {"role": "system", "content": JUDGE_PROMPT},
-                {"role": "user", "content": f"FACT: {fact}\n\nANSWER: {answer}"},
+                {"role": "user", "content": f"ANSWER:\n{answer}\n\nFACT:\n{fact}\n\nDoes the ANSWER state the FACT?"},
             ],
             temperature=0,
             max_tokens=20,

@@ -1,7 +1,8 @@
 """Planner: picks the tools (and their queries) that answer a question.
 
 With an LLM configured: one call with a strict JSON schema, retried once; if both fail, the
-plan is ``search`` alone (the planner may add precision, never remove it). Without an LLM: a
+plan is ``search`` alone (the planner may add precision, never remove it: the question itself
+is always the first ``search``, whatever queries the model writes). Without an LLM: a
 deterministic rule-based planner. ``search`` is always part of the plan.
 """
 
@@ -149,8 +150,11 @@ def llm_plan(question: str, *, indexed_kinds: dict[str, int], tries: int = 2) ->
             ]
             if not calls:
                 raise ValueError("plan names no known tool")
-            if "search" not in [c.tool for c in calls]:
-                calls.insert(0, PlannedCall("search", question))
+            # The question itself is always searched: a model's rewrite may add a search, never
+            # replace it (qwen-1.5b rewrote ERB questions into unrelated queries).
+            calls = [PlannedCall("search", question)] + [
+                c for c in calls if not (c.tool == "search" and c.query == question)
+            ]
             return Plan(calls=calls[:4], planner="llm", errors=errors)
         except Exception as exc:  # any failure -> retry, then the search-only fallback
             errors.append(f"{type(exc).__name__}: {exc}"[:300])

@@ -98,7 +98,7 @@ def test_answer_evaluation_scores_declines_citations_and_judged_facts(kb, settin
 
     # With a judge: the loopback LLM says the first fact is stated and the second is not.
     def judge(body):
-        return json.dumps({"stated": "make release" in body["messages"][-1]["content"].split("ANSWER:")[0]})
+        return json.dumps({"stated": "make release" in body["messages"][-1]["content"].split("FACT:")[1]})
 
     with FakeOpenAIServer(judge) as server:
         settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY, settings.KB_LLM_MODEL = server.base_url, "k", "m"

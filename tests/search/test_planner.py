@@ -107,3 +107,19 @@ def test_llm_plan_may_pick_who_knows_and_subsystem_index(settings):
     assert sent["properties"]["tools"]["items"]["properties"]["name"]["enum"] == list(PLANNED_TOOLS)
     system = seen[0]["messages"][0]["content"]
     assert "- who_knows:" in system and "- subsystem_index:" in system
+
+
+def test_llm_plan_searches_the_question_itself_whatever_the_model_rewrites(settings):
+    """A small model rewrote questions into unrelated queries ("python programming"): its
+    search queries are added after the question's own search, never instead of it."""
+    reply = {"tools": [{"name": "search", "query": "python programming"}, {"name": "recent_prs", "query": "deploys"}]}
+    with FakeOpenAIServer(lambda body: json.dumps(reply)) as server:
+        settings.OPENAI_BASE_URL = server.base_url
+        settings.OPENAI_API_KEY = "test"
+        settings.KB_LLM_MODEL = "test-model"
+        plan = llm_plan("how do we ship billing?", indexed_kinds={"doc_section": 3})
+    assert [(c.tool, c.query) for c in plan.calls] == [
+        ("search", "how do we ship billing?"),
+        ("search", "python programming"),
+        ("recent_prs", "deploys"),
+    ]
