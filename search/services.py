@@ -79,8 +79,9 @@ class AskEvent:
       removed_citations: [n], error, fallback, timings_ms: {plan, tools, first_token, synthesize, total}}``
 
     ``done.text`` is the final answer. The tokens concatenate to it, except when the LLM failed
-    after some text was sent, or wrote an answer citing no evidence (``fallback`` true, ``error``
-    says why): then ``done.text`` is the answer that replaces the streamed text. ``sources`` are
+    after some text was sent, wrote an answer citing no evidence (citations attributed, or a
+    decline), or named what no evidence holds (``fallback`` true, ``error`` says what changed):
+    then ``done.text`` is the answer that replaces the streamed text. ``sources`` are
     exactly the cited blocks. ``result`` is set on ``done`` only: the whole :class:`AskResult`, for in-process callers.
     """
 

@@ -304,6 +304,78 @@ def llm_answer_stream(question: str, evidence: list[Evidence], *, missing: Seque
                 yield chunk.choices[0].delta.content
 
 
+ATTRIBUTION_SHARE = 0.5  # of a sentence's new terms one block must hold to be cited for it
+ATTRIBUTION_MIN_TERMS = 2  # a sentence adding fewer new terms states nothing to attribute
+_ANSWER_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def _block_terms(ev: Evidence) -> set[str]:
+    return _terms(f"{ev.title}\n{ev.text[:LLM_BLOCK_CHARS]}\n{ev.context[:300]}")
+
+
+def attribute_citations(question: str, text: str, evidence: list[Evidence]) -> tuple[str, list[int]]:
+    """Post-hoc attribution of an answer that cites nothing: each sentence whose *new* terms
+    (``_terms`` of the sentence less the question's, i.e. what the sentence adds) are at least
+    ``ATTRIBUTION_SHARE`` held by one evidence block, and number at least
+    ``ATTRIBUTION_MIN_TERMS``, gets that block's ``[n]`` (the block holding most; ties: the
+    lower number) before its final punctuation. Returns ``(text, cited numbers in order)``;
+    ``cited`` is empty when no sentence is supported. Retrieval-based attribution as in Gao et
+    al., "RARR: Researching and Revising What Language Models Say", ACL 2023, reduced to term
+    overlap with the blocks the model was given."""
+    asked = _terms(question)
+    blocks = [(ev.n, _block_terms(ev)) for ev in evidence[:LLM_EVIDENCE_BLOCKS]]
+    cited: list[int] = []
+    out: list[str] = []
+    pos = 0
+    for match in [*_ANSWER_SENTENCE.finditer(text), None]:
+        end = match.start() if match else len(text)
+        sentence = text[pos:end]
+        new = _terms(sentence) - asked
+        best_n, best_held = 0, 0
+        for n, terms in blocks:
+            held = len(new & terms)
+            if held > best_held:
+                best_n, best_held = n, held
+        if len(new) >= ATTRIBUTION_MIN_TERMS and best_held >= ATTRIBUTION_SHARE * len(new):
+            stripped = sentence.rstrip()
+            cut = len(stripped) - 1 if stripped and stripped[-1] in ".!?" else len(stripped)
+            sentence = f"{stripped[:cut]} [{best_n}]{stripped[cut:]}{sentence[len(stripped) :]}"
+            if best_n not in cited:
+                cited.append(best_n)
+        out.append(sentence)
+        if match:
+            out.append(match.group(0))
+            pos = match.end()
+    return "".join(out), cited
+
+
+_ANSWER_NAME = re.compile(r"`([^`\n]{2,80})`|\b[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]*[A-Za-z0-9]\b")
+
+
+def invented_names(question: str, text: str, evidence: list[Evidence]) -> list[str]:
+    """Code-like names the answer writes (back-ticked spans, ``snake_case`` words) that neither
+    the question nor any evidence block (title, text, context) contains, compared without case
+    or spacing differences: names a model made up, in answer order, each once."""
+
+    def flat(value: str) -> str:
+        return re.sub(r"\s+", " ", value).strip().lower()
+
+    known = flat(question + "\n" + "\n".join(f"{ev.title}\n{ev.text}\n{ev.context}" for ev in evidence))
+    names: list[str] = []
+    for match in _ANSWER_NAME.finditer(text):
+        name = flat(match.group(1) or match.group(0))
+        if name and name not in known and name not in names:
+            names.append(name)
+    return names
+
+
+def invented_names_note(names: Sequence[str]) -> str:
+    """The sentence that opens an answer naming things no source holds (a decline: it says the
+    sources do not mention them)."""
+    listed = ", ".join(f"“{n}”" for n in names[:8])
+    return f"The sources do not mention {listed}, which this answer names: treat it as unverified."
+
+
 def llm_answered(text: str, cited: list[int]) -> bool:
     """Whether an LLM answer answers: it cites evidence and does not say the sources lack it
     (``search.pipeline.gate.text_declines``)."""
@@ -327,8 +399,12 @@ def synthesize_stream(
     If the LLM fails, the answer is the extractive one with ``error`` saying why. When the LLM
     failed after some text was yielded, that text is superseded: the final ``Answer.text`` is
     what to show, and no further deltas follow. So is an LLM answer that cites no evidence and
-    does not say the sources lack the answer: it becomes a decline (``UNCITED_NOTE``, the
-    closest sources), ``answered`` false, ``error`` saying it was replaced.
+    does not say the sources lack the answer: its sentences that an evidence block supports get
+    that block's number (:func:`attribute_citations`); when none is supported it becomes a
+    decline (``UNCITED_NOTE``, the closest sources), ``answered`` false. An answer naming code
+    or fields no evidence holds (:func:`invented_names`) opens with a note saying so and counts
+    as declined. In each of these cases ``error`` says what was changed, and the final text
+    supersedes the streamed one.
     """
     verdict = verdict or Verdict(relevant=True)
     if not evidence or not verdict.relevant or not llm_configured():
@@ -362,7 +438,13 @@ def synthesize_stream(
             yield from answer.text.splitlines(keepends=True)
         yield answer
         return
-    if not citations.cited and not text_declines(citations.text):
+    text, cited, error = citations.text, citations.cited, ""
+    if not cited and not text_declines(text):
+        # A small model often answers from the evidence without writing [n]: the sentences a
+        # block supports get its number (the streamed draft is superseded by this text).
+        text, cited = attribute_citations(question, text, evidence)
+        error = "the language model cited nothing; citations were attributed to the blocks holding its words"
+    if not cited and not text_declines(text):
         # Nothing in the draft is tied to the evidence: on the evaluation set a small model
         # wrote such drafts for questions the sources cannot answer, inventing a field name.
         # The draft is superseded by a decline pointing at the closest sources.
@@ -378,13 +460,19 @@ def synthesize_stream(
             error="the language model's answer cited none of the evidence, so it was replaced",
         )
         return
-    text = note + citations.text
+    invented = invented_names(question, text, evidence)
+    if invented:
+        # ERB qst_0981: "recorded in the `build_sequence` field" [5], a field no source has.
+        logger.info("LLM answer names what no evidence holds: %s", invented)
+        note += invented_names_note(invented) + "\n\n"
+        error = error or "the language model's answer names what no source holds; a note says so"
     yield Answer(
-        text=text,
-        cited=citations.cited,
+        text=note + text,
+        cited=cited,
         synthesizer="llm",
-        answered=not partial and llm_answered(citations.text, citations.cited),
+        answered=not partial and not invented and llm_answered(text, cited),
         removed_citations=citations.removed,
+        error=error,
     )
 
 

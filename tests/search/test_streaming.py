@@ -209,3 +209,72 @@ def test_an_llm_answer_citing_no_evidence_is_replaced_by_a_decline(kb, settings)
         done = events[-1].data
         assert done["text"] == "The sources do not mention how to deploy it." and not done["fallback"]
         assert done["answered"] is False and done["cited"] == []
+
+
+def _block(n, title, text):
+    from search.pipeline.evidence import Evidence
+
+    return Evidence(n=n, document_id=n, kind="doc_section", title=title, url="", text=text, score=0.0, tool="search")
+
+
+def test_attribution_cites_the_block_holding_what_a_sentence_adds():
+    from search.pipeline.synthesizer import attribute_citations
+
+    evidence = [
+        _block(1, "On-call", "The on-call rotation changes every Monday at 10:00 in PagerDuty."),
+        _block(2, "Deploying billing", "Run make release from the ops repository; it needs the deploy token secret."),
+    ]
+    question = "How do I deploy billing?"
+    text, cited = attribute_citations(
+        question,
+        "Run make release from the ops repository.\nIt needs the deploy token secret. Ask Priya about quotas.",
+        evidence,
+    )
+    assert text == (
+        "Run make release from the ops repository [2].\nIt needs the deploy token secret [2]. Ask Priya about quotas."
+    )
+    assert cited == [2]
+    # Restating the question adds nothing to attribute; words no block holds are not attributed.
+    assert attribute_citations(question, "To deploy billing, deploy billing.", evidence) == (
+        "To deploy billing, deploy billing.",
+        [],
+    )
+    assert attribute_citations(question, "Use the staging canary with a feature flag.", evidence)[1] == []
+
+
+def test_invented_names_are_those_no_block_or_question_holds():
+    from search.pipeline.synthesizer import invented_names
+
+    evidence = [_block(1, "Deploying billing", "Run `make release`; it needs BILLING_DEPLOY_TOKEN.")]
+    answer = "Run `make  release` with `BILLING_DEPLOY_TOKEN` and `build_sequence`, then check retry_count."
+    assert invented_names("What does `build_sequence` hold?", answer, evidence) == ["retry_count"]
+    assert invented_names("How do I deploy?", answer, evidence) == ["build_sequence", "retry_count"]
+
+
+@pytest.mark.django_db
+def test_an_uncited_draft_the_evidence_supports_gets_citations_and_an_invented_name_is_flagged(kb, settings):
+    """A small model often answers from the evidence without writing [n]: its supported sentences
+    are cited to the block holding their words. A cited answer naming a field no block holds
+    opens with a note saying the sources do not mention it, and counts as declined."""
+    from search.pipeline.gate import text_declines
+
+    drafts = {"answer": ["Run make release from the ops ", "repository. It needs the BILLING_DEPLOY_TOKEN secret."]}
+
+    def responder(body):
+        return PLAN if body.get("response_format") else drafts["answer"]
+
+    with FakeOpenAIServer(responder) as server:
+        _use(settings, server)
+        done = _events("How do I deploy the billing service?", scope_for_user(kb.acme.admin))[-1].data
+        runbook = next(s["n"] for s in done["sources"] if s["external_id"] == "runbook#deploy")
+        assert done["text"] == (
+            f"Run make release from the ops repository [{runbook}]. "
+            f"It needs the BILLING_DEPLOY_TOKEN secret [{runbook}]."
+        )
+        assert done["cited"] == [runbook] and done["answered"] is True
+        assert done["fallback"] and "attributed" in done["error"]
+
+        drafts["answer"] = [f"Run make release [{runbook}]. Set `billing_deploy_key` first [{runbook}]."]
+        done = _events("How do I deploy the billing service?", scope_for_user(kb.acme.admin))[-1].data
+        assert done["text"].startswith("The sources do not mention “billing_deploy_key”")
+        assert text_declines(done["text"]) and done["answered"] is False and done["cited"] == [runbook]

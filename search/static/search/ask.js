@@ -145,7 +145,7 @@
       const t = done.timings_ms || {};
       let meta = "synthesizer " + done.synthesizer + " · first text after " + Math.round(t.first_token || 0) +
         " ms · " + Math.round(t.total || 0) + " ms in all";
-      if (done.fallback) meta += " · the LLM failed (" + done.error + "); this is the extractive answer";
+      if (done.fallback) meta += " · " + done.error;
       $("live-meta").textContent = meta;
       renderSources(done, evidence);
       renderFeedback(done.answer_id);
