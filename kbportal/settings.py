@@ -318,6 +318,11 @@ OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "")
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
 KB_LLM_MODEL = os.environ.get("KB_LLM_MODEL", "")
 KB_LLM_TIMEOUT = float(os.environ.get("KB_LLM_TIMEOUT", "60"))
+# The reranker's one LLM call runs inside the search tool, which the executor gives 20 s: past
+# this many seconds it is abandoned for the fusion order. KB_LLM_RERANK=0 skips the call (a slow
+# local model spends minutes on a 20-candidate prompt and holds its only slot meanwhile).
+KB_LLM_RERANK = os.environ.get("KB_LLM_RERANK", "1").strip().lower() not in ("0", "false", "no", "off")
+KB_RERANK_TIMEOUT = float(os.environ.get("KB_RERANK_TIMEOUT", "12"))
 
 # Embeddings.
 KB_EMBEDDING_BACKEND = os.environ.get("KB_EMBEDDING_BACKEND", "sentence-transformers")

@@ -94,7 +94,8 @@ def _candidate_block(n: int, hit) -> str:
 def llm_scores(question: str, hits: Sequence) -> list[float] | None:
     """One LLM call scoring each hit 0-10 for ``question``; ``None`` on any failure.
 
-    The reply must be ``{"scores": [...]}`` with exactly one number in 0..10 per hit.
+    The reply must be ``{"scores": [...]}`` with exactly one number in 0..10 per hit, within
+    ``KB_RERANK_TIMEOUT`` seconds (at most ``KB_LLM_TIMEOUT``).
     """
     from django.conf import settings
 
@@ -108,6 +109,7 @@ def llm_scores(question: str, hits: Sequence) -> list[float] | None:
             ],
             temperature=0,
             response_format={"type": "json_object"},
+            timeout=min(settings.KB_LLM_TIMEOUT, settings.KB_RERANK_TIMEOUT),
         )
         data = json.loads(response.choices[0].message.content or "")
         scores = data["scores"]
@@ -126,10 +128,12 @@ def rerank(question: str, hits: list, *, limit: int) -> tuple[list, str]:
     """The first ``RERANK_CANDIDATES`` of ``hits`` (best first) reordered, cut to ``limit``.
 
     Returns ``(hits, method)``: ``method`` is ``"llm"`` (scored by the LLM), ``"fusion"`` (no
-    LLM configured) or ``"fusion (llm failed)"``.
+    LLM configured, or ``KB_LLM_RERANK`` off) or ``"fusion (llm failed)"``.
     """
+    from django.conf import settings
+
     candidates = hits[:RERANK_CANDIDATES]
-    if not candidates or not llm_configured():
+    if not candidates or not llm_configured() or not settings.KB_LLM_RERANK:
         return hits[:limit], "fusion"
     scores = llm_scores(question, candidates)
     if scores is None:

@@ -1,6 +1,7 @@
 """After fusion: near-duplicate collapse and the reranker (LLM through a loopback server)."""
 
 import json
+import time
 
 import pytest
 
@@ -112,3 +113,24 @@ def test_search_reranks_only_rows_the_asker_may_read(kb, llm):
     prompt = server.requests[0]["body"]["messages"][1]["content"]
     assert "zebra protocol: run" not in prompt  # globex's row never reaches the LLM
     assert hybrid_search("deploy billing", scope_for_user(kb.acme.admin)).reranked_by == ""  # opt-in
+
+
+def test_a_slow_llm_is_abandoned_for_the_fusion_order_and_the_call_can_be_switched_off(llm, settings):
+    """The rerank call runs inside the search tool's 20 s: past KB_RERANK_TIMEOUT it is given up."""
+
+    def slow(body):
+        time.sleep(1.5)
+        return json.dumps({"scores": [0, 0, 0, 0, 10]})
+
+    server = llm(slow)
+    hits = [_hit(n, f"candidate text number {n}") for n in range(1, 6)]
+    settings.KB_RERANK_TIMEOUT = 0.3
+    t0 = time.perf_counter()
+    ranked, method = rerank("which candidate?", hits, limit=3)
+    assert method == "fusion (llm failed)" and [h.external_id for h in ranked] == ["p1", "p2", "p3"]
+    assert time.perf_counter() - t0 < 1.4
+    settings.KB_RERANK_TIMEOUT = 5
+    assert rerank("which candidate?", hits, limit=3)[0][0].external_id == "p5"
+    settings.KB_LLM_RERANK = False
+    calls = len(server.requests)
+    assert rerank("which candidate?", hits, limit=3)[1] == "fusion" and len(server.requests) == calls
