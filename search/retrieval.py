@@ -934,6 +934,8 @@ def hybrid_search(
             restricted = [k for k in family_kinds if not kinds or k in kinds]
             if not restricted:
                 continue
+            # "which error / function ...": the asked kind of definition gets its own lists
+            wanted = asked_symbol_kinds(query) if family == "code" else ()
             if "lexical" in rankers:
                 scoring = "cover" if family == "code" else "idf"
                 rankings[f"lexical:{family}"] = lexical_ranking(
@@ -943,16 +945,13 @@ def hybrid_search(
                 dense = dense_ranking(query_vector, scope, kinds=restricted)
                 rankings[f"dense:{family}"] = [doc_id for doc_id, _ in dense]
                 similarities.update(dense)
-                wanted = asked_symbol_kinds(query) if family == "code" else ()
                 if wanted:
                     dense = dense_ranking(query_vector, scope, kinds=restricted, symbol_kinds=wanted)
                     rankings["dense:" + "|".join(wanted)] = [doc_id for doc_id, _ in dense]
                     similarities.update(dense)
             if family == "code" and terms is not None:
                 rankings["symbol_name:code"] = symbol_name_ranking(scope, terms=terms, kinds=restricted)
-                wanted = asked_symbol_kinds(query)
                 if wanted:
-                    # "which error...": the names of the asked kind of definition, apart
                     rankings["symbol_name:" + "|".join(wanted)] = symbol_name_ranking(
                         scope, terms=terms, kinds=restricted, symbol_kinds=wanted
                     )

@@ -16,6 +16,7 @@ What ``atk-x`` holds (one ``test_rows`` source, attached to its project):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
@@ -153,6 +154,36 @@ def _rows(admin_pk: int) -> list[dict]:
 _LOADED: list[ATKX] = []
 
 
+def onboard_attack_pair(
+    names: tuple[str, str], slugs: tuple[str, str], source_name: str, rows: Callable[[int], list[dict]]
+):
+    """Two onboarded tenants (``names``/``slugs``, admins ``<slug>-admin``), a member
+    ``<slug>-member`` of the first with its default project set, and a ``test_rows`` source
+    ``source_name`` of the first holding ``rows(first admin's pk)``, ingested.
+    Returns ``(tenant, other, member, source)``.
+
+    Call with the database unblocked and ``KB_CUSTOM_CONNECTORS`` holding ``CUSTOM``."""
+    from projects.models import Membership
+    from projects.services import membership_create, profile_set_default_project, tenant_onboard
+    from sources.services import source_create, source_ingest
+
+    (name, other_name), (slug, other_slug) = names, slugs
+    t = tenant_onboard(name=name, slug=slug, admin_username=f"{slug}-admin", admin_password="x" * 12)
+    other = tenant_onboard(
+        name=other_name, slug=other_slug, admin_username=f"{other_slug}-admin", admin_password="y" * 12
+    )
+    member = get_user_model().objects.create_user(f"{slug}-member", f"member@{slug}.example", "z" * 12)
+    membership_create(tenant_id=t.tenant.pk, user=member, role=Membership.Role.MEMBER)
+    profile_set_default_project(user=member, tenant_id=t.tenant.pk, project_id=t.project.pk)
+    source = source_create(
+        tenant_id=t.tenant.pk, kind="test_rows", name=source_name, config={"rows": rows(t.admin.pk)},
+        project_ids=[t.project.pk],
+    )  # fmt: skip
+    run = source_ingest(tenant_id=t.tenant.pk, source_id=source.pk)
+    assert run.status == "succeeded", run.error
+    return t, other, member, source
+
+
 def atkx_load(django_db_blocker) -> ATKX:
     """Create the committed ``atk-x``/``atk-y`` data once per test run and return it.
 
@@ -162,23 +193,11 @@ def atkx_load(django_db_blocker) -> ATKX:
     if _LOADED:
         return _LOADED[0]
     from kbportal.tenancy import tenant_context
-    from projects.models import Membership
-    from projects.services import membership_create, profile_set_default_project, tenant_onboard
     from sources.models import DataSource
     from sources.services import source_create, source_ingest
 
     with django_db_blocker.unblock(), override_settings(KB_CUSTOM_CONNECTORS=CUSTOM):
-        x = tenant_onboard(name="AtkX", slug="atk-x", admin_username="atk-x-admin", admin_password="x" * 12)
-        y = tenant_onboard(name="AtkY", slug="atk-y", admin_username="atk-y-admin", admin_password="y" * 12)
-        member = get_user_model().objects.create_user("atk-x-member", "member@atk-x.example", "z" * 12)
-        membership_create(tenant_id=x.tenant.pk, user=member, role=Membership.Role.MEMBER)
-        profile_set_default_project(user=member, tenant_id=x.tenant.pk, project_id=x.project.pk)
-        source = source_create(
-            tenant_id=x.tenant.pk, kind="test_rows", name="AtkX wiki", config={"rows": _rows(x.admin.pk)},
-            project_ids=[x.project.pk],
-        )  # fmt: skip
-        run = source_ingest(tenant_id=x.tenant.pk, source_id=source.pk)
-        assert run.status == "succeeded", run.error
+        x, y, member, source = onboard_attack_pair(("AtkX", "AtkY"), ("atk-x", "atk-y"), "AtkX wiki", _rows)
         y_source = source_create(
             tenant_id=y.tenant.pk, kind="test_rows", name="AtkY wiki", config={"rows": [{
                 "external_id": "y#1", "kind": "doc_section", "title": "AtkY walrus migration",

@@ -16,16 +16,15 @@ from dataclasses import dataclass
 
 import anyio
 import pytest
-from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.test import Client, override_settings
 
 from kbportal.tenancy import tenant_context
 from sources.selectors import scope_for_user
+from tests.security.attack_data import CUSTOM, onboard_attack_pair
 
 pytestmark = pytest.mark.django_db
 
-CUSTOM = {"test_rows": "tests.search.rows_connector.RowsConnector"}
 SECRET = "tapir_secret_9931"
 SECRET_WORDS = "TAPIR quokka escrow"
 API = "/api/v1"
@@ -161,29 +160,11 @@ def _rows(owner_pk: int) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def a5(django_db_setup, django_db_blocker) -> A5:
-    from projects.models import Membership, Project
-    from projects.services import (
-        api_token_create,
-        membership_create,
-        profile_set_default_project,
-        project_create,
-        project_member_add,
-        tenant_onboard,
-    )
-    from sources.services import source_create, source_ingest
+    from projects.models import Project
+    from projects.services import api_token_create, project_create, project_member_add
 
     with django_db_blocker.unblock(), override_settings(KB_CUSTOM_CONNECTORS=CUSTOM):
-        t = tenant_onboard(name="Atk5", slug="atk-5", admin_username="atk-5-admin", admin_password="x" * 12)
-        other = tenant_onboard(name="Atk5o", slug="atk-5o", admin_username="atk-5o-admin", admin_password="y" * 12)
-        member = get_user_model().objects.create_user("atk-5-member", "member@atk-5.example", "z" * 12)
-        membership_create(tenant_id=t.tenant.pk, user=member, role=Membership.Role.MEMBER)
-        profile_set_default_project(user=member, tenant_id=t.tenant.pk, project_id=t.project.pk)
-        source = source_create(
-            tenant_id=t.tenant.pk, kind="test_rows", name="Atk5 vault", config={"rows": _rows(t.admin.pk)},
-            project_ids=[t.project.pk],
-        )  # fmt: skip
-        run = source_ingest(tenant_id=t.tenant.pk, source_id=source.pk)
-        assert run.status == "succeeded", run.error
+        t, other, member, source = onboard_attack_pair(("Atk5", "Atk5o"), ("atk-5", "atk-5o"), "Atk5 vault", _rows)
         hidden = project_create(tenant_id=t.tenant.pk, name="Atk5 hidden")
         with tenant_context(t.tenant.pk):
             Project.objects.filter(pk=hidden.pk).update(visibility=Project.Visibility.MEMBERS)
