@@ -165,7 +165,9 @@ class SearchView(ApiView):
             hits = hybrid_search(params["q"], scope, limit=params["limit"], kinds=kinds).hits
         except EmptyQuery as exc:
             raise field_error("q", str(exc)) from exc
-        evidence = number_evidence([[evidence_from_hit(h, tool="search") for h in hits]], limit=params["limit"])
+        evidence = number_evidence(
+            [[evidence_from_hit(h, tool="search", query=params["q"]) for h in hits]], limit=params["limit"]
+        )
         search_record(scope=scope, query=params["q"], document_ids=[ev.document_id for ev in evidence], kinds=kinds)
         return Response(
             {"project": scope.project_slug, "query": params["q"], "hits": [ev.as_dict() for ev in evidence]}

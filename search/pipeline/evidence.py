@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -10,6 +12,111 @@ from search.retrieval import Hit, portal_link
 
 SNIPPET_CHARS = 1200
 RELEVANT_SIMILARITY = 0.35
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]+")
+_STOP = set(
+    """a an and are as at be by can do does for from has have how i if in is it its my of on or our so that the
+    their then there these this to was we what when where which who why will with you your me should would could
+    get use using about into out up any all one not no than way make sure find know need want""".split()
+)
+
+
+def content_terms(text: str) -> set[str]:
+    """The content words of ``text``: lower-cased, stop words and words under 3 letters left
+    out, each cut to its first 6 letters (a crude stem: "deployments" and "deployed" meet)."""
+    return {w.lower()[:6] for w in _WORD.findall(text) if w.lower() not in _STOP and len(w) > 2}
+
+
+PASSAGE_GAP = " … "
+PASSAGE_UNIT_CHARS = 300  # longer lines are split at sentence ends, then at this many characters
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def _passage_units(body: str) -> list[tuple[int, int]]:
+    """``(start, end)`` spans of ``body``'s lines; a line over ``PASSAGE_UNIT_CHARS`` is split at
+    sentence ends, and a sentence still over it into pieces of that size. Blank lines are left out."""
+    units: list[tuple[int, int]] = []
+    pos = 0
+    for line in body.split("\n"):
+        start, end = pos, pos + len(line)
+        pos = end + 1
+        if not line.strip():
+            continue
+        pieces = [(start, end)]
+        if end - start > PASSAGE_UNIT_CHARS:
+            pieces, cut = [], start
+            for match in _SENTENCE_END.finditer(line):
+                pieces.append((cut, start + match.start()))
+                cut = start + match.end()
+            pieces.append((cut, end))
+        for a, b in pieces:
+            for lo in range(a, b, PASSAGE_UNIT_CHARS):
+                units.append((lo, min(b, lo + PASSAGE_UNIT_CHARS)))
+    return units
+
+
+def query_passage(query: str, body: str, budget: int) -> str:
+    """At most ``budget`` characters of ``body`` chosen for ``query`` (a query-biased snippet,
+    Tombros and Sanderson, SIGIR 1998): ``body`` itself when it fits, else its lines (long lines
+    split into sentences) that hold the query's terms, in document order, non-adjacent pieces
+    joined by ``PASSAGE_GAP``.
+
+    A line scores the TF-ISF of the query terms it holds (term frequency-inverse sentence
+    frequency, Neto et al. 2000): each distinct query term (:func:`content_terms`) found in it
+    adds ln(1 + U / u_t), U the body's line count and u_t the lines holding t, so a word on every
+    line (the product's name) weighs little. Chosen in order: lines scoring at least half the
+    best; their neighbours (the line before and after, for context); the other matching lines by
+    score; then the body's first lines. A body with no query term gives its first ``budget``
+    characters, as does a blank ``query``.
+    """
+    if len(body) <= budget:
+        return body
+    asked = content_terms(query)
+    units = _passage_units(body)
+    held = [asked & content_terms(body[a:b]) for a, b in units]
+    spread: dict[str, int] = {}
+    for terms in held:
+        for t in terms:
+            spread[t] = spread.get(t, 0) + 1
+    weight = {t: math.log(1 + len(units) / u) for t, u in spread.items()}
+    scores = [sum(weight[t] for t in terms) for terms in held]
+    best = max(scores, default=0.0)
+    if best <= 0:
+        return body[:budget]
+    by_score = sorted((i for i, s in enumerate(scores) if s > 0), key=lambda i: (-scores[i], i))
+    chosen: set[int] = set()
+    used = 0
+
+    def take(i: int) -> None:
+        nonlocal used
+        if not 0 <= i < len(units) or i in chosen:
+            return
+        cost = units[i][1] - units[i][0] + len(PASSAGE_GAP)
+        if used + cost <= budget:
+            chosen.add(i)
+            used += cost
+
+    for i in by_score:
+        if scores[i] >= best / 2:
+            take(i)
+    for i in sorted(chosen):
+        take(i - 1)
+        take(i + 1)
+    for i in by_score:
+        take(i)
+    for i in range(len(units)):
+        take(i)
+    pieces: list[str] = []
+    previous = -2
+    for i in sorted(chosen):
+        a, b = units[i]
+        if i == previous + 1 and pieces:
+            pieces[-1] += body[units[previous][1] : b]
+        else:
+            pieces.append(body[a:b].strip())
+        previous = i
+    text = PASSAGE_GAP.join(p.strip() for p in pieces)
+    return ("" if 0 in chosen else PASSAGE_GAP.lstrip()) + text if text else body[:budget]
 
 
 @dataclass
@@ -63,9 +170,16 @@ class Evidence:
         return data
 
 
-def evidence_from_hit(hit: Hit, *, tool: str) -> Evidence:
-    """Normalise a retrieval hit; the text is the chunk's raw content cut to ``SNIPPET_CHARS``."""
+CONTIGUOUS_KINDS = {"code_chunk", "code_file", "doc_page"}  # shown from their start (code reads in order)
+
+
+def evidence_from_hit(hit: Hit, *, tool: str, query: str = "") -> Evidence:
+    """Normalise a retrieval hit; the text is the chunk's raw content cut to ``SNIPPET_CHARS``,
+    or for a longer non-code row and a ``query``, the passage of it that query picks
+    (:func:`query_passage`): a long record or thread is shown where it matches, not from its head."""
     body = hit.content if hit.kind not in {"code_file", "doc_page"} else hit.text
+    if query and hit.kind not in CONTIGUOUS_KINDS:
+        body = query_passage(query, body, SNIPPET_CHARS)
     return Evidence(
         n=0,
         document_id=hit.document_id,

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from search.llm import llm_client, llm_configured
-from search.pipeline.evidence import Evidence
+from search.pipeline.evidence import CONTIGUOUS_KINDS, Evidence, content_terms, query_passage
 from search.pipeline.gate import Verdict, missing_terms_note, text_declines
 
 logger = logging.getLogger(__name__)
@@ -25,12 +25,6 @@ UNCITED_NOTE = (
     "shown."
 )
 _CITATION = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]+")
-_STOP = set(
-    """a an and are as at be by can do does for from has have how i if in is it its my of on or our so that the
-    their then there these this to was we what when where which who why will with you your me should would could
-    get use using about into out up any all one not no than way make sure find know need want""".split()
-)
 
 
 @dataclass
@@ -43,8 +37,7 @@ class Answer:
     error: str = ""
 
 
-def _terms(text: str) -> set[str]:
-    return {w.lower()[:6] for w in _WORD.findall(text) if w.lower() not in _STOP and len(w) > 2}
+_terms = content_terms
 
 
 _CITATION_PREFIX = re.compile(r"\[(?:\d+(?:\s*,\s*\d+)*\s*(?:,\s*)?)?")  # what may still become a citation
@@ -264,13 +257,21 @@ def _block_text(text: str) -> str:
     return "\n".join("    " + line for line in text.splitlines())
 
 
+def _prompt_text(question: str, ev: Evidence) -> str:
+    """The part of a block the LLM is shown: code from its start, other text where it matches
+    the question (:func:`query_passage`), at most ``LLM_BLOCK_CHARS`` characters."""
+    if ev.kind in CONTIGUOUS_KINDS:
+        return ev.text[:LLM_BLOCK_CHARS]
+    return query_passage(question, ev.text, LLM_BLOCK_CHARS)
+
+
 def _evidence_prompt(question: str, evidence: list[Evidence], *, missing: Sequence[str] = ()) -> str:
     blocks = []
     for ev in evidence[:LLM_EVIDENCE_BLOCKS]:
         when = f" ({ev.updated_at.date().isoformat()})" if ev.updated_at else ""
         context = f"\n    (context: {_block_text(ev.context[:300]).strip()})" if ev.context else ""
         header = _block_text(f"{ev.title} — {ev.location}{when}").strip().replace("\n", " ")
-        blocks.append(f"[{ev.n}] {header}\n{_block_text(ev.text[:LLM_BLOCK_CHARS])}{context}")
+        blocks.append(f"[{ev.n}] {header}\n{_block_text(_prompt_text(question, ev))}{context}")
     note = ""
     if missing:
         names = ", ".join(f'"{t}"' for t in missing)
@@ -309,8 +310,8 @@ ATTRIBUTION_MIN_TERMS = 2  # a sentence adding fewer new terms states nothing to
 _ANSWER_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
-def _block_terms(ev: Evidence) -> set[str]:
-    return _terms(f"{ev.title}\n{ev.text[:LLM_BLOCK_CHARS]}\n{ev.context[:300]}")
+def _block_terms(question: str, ev: Evidence) -> set[str]:
+    return _terms(f"{ev.title}\n{_prompt_text(question, ev)}\n{ev.context[:300]}")
 
 
 def attribute_citations(question: str, text: str, evidence: list[Evidence]) -> tuple[str, list[int]]:
@@ -323,7 +324,7 @@ def attribute_citations(question: str, text: str, evidence: list[Evidence]) -> t
     al., "RARR: Researching and Revising What Language Models Say", ACL 2023, reduced to term
     overlap with the blocks the model was given."""
     asked = _terms(question)
-    blocks = [(ev.n, _block_terms(ev)) for ev in evidence[:LLM_EVIDENCE_BLOCKS]]
+    blocks = [(ev.n, _block_terms(question, ev)) for ev in evidence[:LLM_EVIDENCE_BLOCKS]]
     cited: list[int] = []
     out: list[str] = []
     pos = 0

@@ -19,17 +19,17 @@ HISTORY_KINDS = ("commit", "pr")
 def search(*, query: str, scope: QueryScope, limit: int = 10) -> list[Evidence]:
     """Top ``limit`` hits of the hybrid search as evidence (unnumbered)."""
     hits = hybrid_search(query, scope, limit=limit, rerank=True).hits
-    return [evidence_from_hit(h, tool="search") for h in hits]
+    return [evidence_from_hit(h, tool="search", query=query) for h in hits]
 
 
 @register("search_slack", "Search Slack threads and conversations only.")
 def search_slack(*, query: str, scope: QueryScope, limit: int = 10) -> list[Evidence]:
     hits = hybrid_search(query, scope, limit=limit, kinds=SLACK_KINDS, rerank=True).hits
-    return [evidence_from_hit(h, tool="search_slack") for h in hits]
+    return [evidence_from_hit(h, tool="search_slack", query=query) for h in hits]
 
 
 @register("recent_prs", "Commits and pull requests relevant to the question, newest first among the relevant.")
 def recent_prs(*, query: str, scope: QueryScope, limit: int = 10) -> list[Evidence]:
     hits = hybrid_search(query, scope, limit=limit, kinds=HISTORY_KINDS).hits
     hits.sort(key=lambda h: h.updated_at.timestamp() if h.updated_at else 0.0, reverse=True)
-    return [evidence_from_hit(h, tool="recent_prs") for h in hits]
+    return [evidence_from_hit(h, tool="recent_prs", query=query) for h in hits]
