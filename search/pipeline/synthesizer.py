@@ -350,18 +350,26 @@ def attribute_citations(question: str, text: str, evidence: list[Evidence]) -> t
     return "".join(out), cited
 
 
-_ANSWER_NAME = re.compile(r"`([^`\n]{2,80})`|\b[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]*[A-Za-z0-9]\b")
+_ANSWER_NAME = re.compile(
+    r"`([^`\n]{2,80})`"  # back-ticked code, fields, paths
+    r"|\b[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]*[A-Za-z0-9]\b"  # snake_case
+    r"|(?<![\w#&/])#[A-Za-z][A-Za-z0-9_-]*[A-Za-z0-9]"  # a Slack channel (#incidents), not an issue number
+)
 
 
 def invented_names(question: str, text: str, evidence: list[Evidence]) -> list[str]:
-    """Code-like names the answer writes (back-ticked spans, ``snake_case`` words) that neither
-    the question nor any evidence block (title, text, context) contains, compared without case
-    or spacing differences: names a model made up, in answer order, each once."""
+    """Names the answer writes (back-ticked spans, ``snake_case`` words, ``#channel`` names) that
+    neither the question nor any evidence block (title, text, context, and a thread's channel as
+    ``#name``) contains, compared without case or spacing differences: names a model made up, in
+    answer order, each once. A channel is matched with its ``#``: a thread's word "incident-bot"
+    does not make "#incident-bot" a channel (ERB qst_0988, which no source answers)."""
 
     def flat(value: str) -> str:
         return re.sub(r"\s+", " ", value).strip().lower()
 
-    known = flat(question + "\n" + "\n".join(f"{ev.title}\n{ev.text}\n{ev.context}" for ev in evidence))
+    channels = " ".join(f"#{ev.metadata['channel']}" for ev in evidence if ev.metadata.get("channel"))
+    blocks = "\n".join(f"{ev.title}\n{ev.text}\n{ev.context}" for ev in evidence)
+    known = flat(f"{question}\n{channels}\n{blocks}")
     names: list[str] = []
     for match in _ANSWER_NAME.finditer(text):
         name = flat(match.group(1) or match.group(0))

@@ -31,7 +31,10 @@ def test_status_and_stop_never_start_the_server(tmp_path):
     assert embedded_database_status(pgdata) is None  # asking did not start it
     ensure_embedded_database(pgdata)
     try:
-        assert "running, pid" in _dbserver("status", pgdata)
+        status = _dbserver("status", pgdata)
+        assert "running, pid" in status
+        # The embedded server listens on its socket only; status says so rather than naming a port.
+        assert f"socket {pgdata.resolve()}" in status and "/.s.PGSQL." in status and "(no TCP listener)" in status
         assert _dbserver("stop", pgdata).strip() == "stopped"
         assert "not running" in _dbserver("status", pgdata)
         assert embedded_database_status(pgdata) is None

@@ -251,6 +251,17 @@ def test_invented_names_are_those_no_block_or_question_holds():
     assert invented_names("How do I deploy?", answer, evidence) == ["build_sequence", "retry_count"]
 
 
+def test_a_slack_channel_the_evidence_does_not_name_is_invented():
+    """ERB qst_0988: qwen-1.5b named "#incident-bot" as a component's owner channel; the sources
+    say "incident-bot" (a bot), never that channel."""
+    from search.pipeline.synthesizer import invented_names
+
+    thread = _block(1, "Streaming outage", "The incident-bot drafted the status update.")
+    thread.metadata = {"channel": "incidents"}
+    answer = "Ask in #incident-bot [1] or #Incidents [1]; see issue #4521 and PR#12 (C#-style &#39;)."
+    assert invented_names("Which channel owns it?", answer, [thread]) == ["#incident-bot"]
+
+
 @pytest.mark.django_db
 def test_an_uncited_draft_the_evidence_supports_gets_citations_and_an_invented_name_is_flagged(kb, settings):
     """A small model often answers from the evidence without writing [n]: its supported sentences

@@ -30,8 +30,13 @@ class Command(BaseCommand):
                 self.stdout.write(f"embedded PostgreSQL: not running (data {pgdata})")
             else:
                 socket_dir, port, pid = status
+                # postmaster.pid line 6 holds the TCP listen address; blank: the socket only.
+                lines = (pgdata / "postmaster.pid").read_text().splitlines()
+                tcp = lines[5].strip() if len(lines) > 5 else ""
+                where = f"TCP {tcp}:{port}" if tcp else "no TCP listener"
                 self.stdout.write(
-                    f"embedded PostgreSQL: running, pid {pid}, data {pgdata}, socket {socket_dir}, port {port}"
+                    f"embedded PostgreSQL: running, pid {pid}, data {pgdata}, "
+                    f"socket {Path(socket_dir) / f'.s.PGSQL.{port}'} ({where})"
                 )
             return
         stopped = stop_embedded_database(pgdata)
