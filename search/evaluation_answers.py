@@ -55,9 +55,13 @@ class AnswerResult:
         return bool(gold & set(self.cited_ids)) if gold else None
 
 
+# A rubric of what "stated" means: with the bare "strict grader" prompt, qwen-1.5b judged 5 of 8
+# hand-labelled (answer, fact) pairs from ERB answers right ("Thu 18:00" was not "Thursday at
+# 18:00"); with this one, 7 of 8.
 JUDGE_PROMPT = (
-    "You are a strict grader. Read the ANSWER, then decide whether it states the FACT (the same "
-    'information, in any wording). Reply with JSON only: {"stated": true} or {"stated": false}.'
+    "You are a grader. Decide whether the ANSWER contains the key information of the FACT: the same names, "
+    'numbers, dates and claims, in any wording or abbreviation ("Thu" = "Thursday"). Ignore citations like [1]. '
+    'Minor details in parentheses may be missing. Reply with JSON only: {"stated": true} or {"stated": false}.'
 )
 
 

@@ -11,6 +11,13 @@ Two checks, both deterministic (no LLM), used by every surface through ``search.
    term weighs 1, a specific one (digits, ``snake_case``, ``CamelCase``, dotted, ALL-CAPS,
    quoted or back-ticked) 2; at ``PARTIAL_WEIGHT`` or more the answer is partial.
 
+3. **Answer type**: a question asking for a value of a recognisable form (a Slack channel, an
+   email address, a link, a version, a count or amount; ``asked_answer_type``) cannot be
+   answered from evidence holding no value of that form. The classic expected-answer-type check
+   of QA pipelines (Moldovan et al., "The structure and performance of an open-domain question
+   answering system", ACL 2000), kept to forms a pattern recognises without error. The
+   synthesizer applies the same check to an LLM's answer.
+
 The coverage check runs against the scoped rows (tenant, project sources, document
 principals), never against global statistics, so the missing-terms note cannot reveal what a
 restricted document contains.
@@ -55,16 +62,78 @@ class Coverage:
 
 
 @dataclass(frozen=True)
+class AnswerType:
+    """A form of answer a question asks for: ``question`` recognises the asking ("which Slack
+    channel"), ``answer`` a value of that form in text ("#incidents")."""
+
+    label: str
+    question: re.Pattern[str]
+    answer: re.Pattern[str]
+
+    def held_by(self, text: str) -> bool:
+        """True when ``text`` holds a value of this form (citations ``[n]`` do not count)."""
+        return bool(self.answer.search(re.sub(r"\[\d+(?:\s*,\s*\d+)*\]", " ", text)))
+
+
+_NUMBER_WORDS = "one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|dozen|hundred|thousand|million|none|no"
+ANSWER_TYPES = (
+    AnswerType(
+        "Slack channel",
+        re.compile(r"\b(?:which|what)\s+(?:slack\s+)?channels?\b", re.I),
+        re.compile(r"(?<![\w#&/])#[A-Za-z][A-Za-z0-9_-]*[A-Za-z0-9]"),
+    ),
+    AnswerType(
+        "email address",
+        re.compile(r"\b(?:which|what)\s+e-?mail(?:\s+address(?:es)?)?\b", re.I),
+        re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"),
+    ),
+    AnswerType("link", re.compile(r"\b(?:which|what)\s+(?:url|link)s?\b", re.I), re.compile(r"https?://\S+")),
+    AnswerType(
+        "version",
+        re.compile(r"\b(?:which|what)\s+(?:[\w-]+\s+){0,2}versions?\b", re.I),
+        re.compile(r"\bv?\d+(?:\.(?:\d+|x))+\b", re.I),
+    ),
+    AnswerType(
+        "number",
+        re.compile(r"\bhow\s+(?:many|much)\b", re.I),
+        re.compile(rf"\d|\b(?:{_NUMBER_WORDS})\b", re.I),
+    ),
+)
+
+
+def asked_answer_type(question: str) -> AnswerType | None:
+    """The form of answer ``question`` asks for (``ANSWER_TYPES``, first match), or ``None``."""
+    return next((t for t in ANSWER_TYPES if t.question.search(question)), None)
+
+
+def missing_type_note(label: str) -> str:
+    """The sentence that opens an answer whose evidence holds no value of the asked form."""
+    return f"The sources found do not state a {label}, which the question asks for."
+
+
+def unstated_type_note(label: str) -> str:
+    """The sentence that opens an LLM answer naming no value of the asked form."""
+    return f"This answer does not state the {label} the question asks for: the sources found may not hold it."
+
+
+@dataclass(frozen=True)
 class Verdict:
-    """What the gate decided: ``relevant`` (some evidence matched) and the question's coverage."""
+    """What the gate decided: ``relevant`` (some evidence matched), the question's coverage, and
+    ``missing_type``: the label of the asked answer type when no relevant block holds one."""
 
     relevant: bool
     coverage: Coverage = field(default_factory=Coverage)
+    missing_type: str = ""
+
+    @property
+    def partial(self) -> bool:
+        """Relevant evidence that cannot answer fully: unknown terms or no value of the asked form."""
+        return self.coverage.partial or bool(self.missing_type)
 
     @property
     def declines(self) -> bool:
         """The answer must say the sources do not (fully) answer the question."""
-        return not self.relevant or self.coverage.partial
+        return not self.relevant or self.partial
 
 
 def _is_specific(term: str, quoted: bool) -> bool:
@@ -157,4 +226,14 @@ def evidence_answers(question: str, evidence: list[Evidence]) -> bool:
 def judge(question: str, evidence: list[Evidence], scope: QueryScope) -> Verdict:
     """The gate's verdict for ``question`` given the tools' ``evidence`` in ``scope``."""
     relevant = evidence_answers(question, evidence)
-    return Verdict(relevant=relevant, coverage=question_coverage(question, scope) if relevant else Coverage())
+    if not relevant:
+        return Verdict(relevant=False)
+    asked = asked_answer_type(question)
+    held = asked is None or any(
+        asked.held_by(f"{ev.title}\n{ev.text}\n{ev.context}") for ev in evidence if ev.is_relevant
+    )
+    return Verdict(
+        relevant=True,
+        coverage=question_coverage(question, scope),
+        missing_type="" if held else asked.label,
+    )

@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 
 from search.llm import llm_client, llm_configured
 from search.pipeline.evidence import CONTIGUOUS_KINDS, Evidence, content_terms, query_passage
-from search.pipeline.gate import Verdict, missing_terms_note, text_declines
+from search.pipeline.gate import (
+    Verdict,
+    asked_answer_type,
+    missing_terms_note,
+    missing_type_note,
+    text_declines,
+    unstated_type_note,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -208,21 +215,25 @@ def extractive_answer(question: str, evidence: list[Evidence], *, verdict: Verdi
 
     Retrieval already ranked the blocks (RRF, reranking), so the order is kept. Says plainly
     when there is no evidence or none of it is relevant; when the question names things no
-    source mentions (``verdict.coverage.partial``), opens with the gate's missing-terms note and
-    counts as declined (``answered`` false) while still pointing at the closest sources.
+    source mentions (``verdict.coverage.partial``) or asks for a form of value no evidence holds
+    (``verdict.missing_type``), opens with the gate's notes and counts as declined (``answered``
+    false) while still pointing at the closest sources.
     """
     verdict = verdict or Verdict(relevant=True)
     picked = _closest(evidence) if verdict.relevant else []
     if not picked:
         return Answer(text=NOT_FOUND, cited=[], synthesizer="extractive", answered=False)
-    partial = verdict.coverage.partial
-    header = (
-        [missing_terms_note(verdict.coverage), "The closest sources:"]
-        if partial
-        else ["From the best-matching sources:"]
-    )
+    partial = verdict.partial
+    header = [*_gate_notes(verdict), "The closest sources:"] if partial else ["From the best-matching sources:"]
     lines = header + _pointer_lines(question, picked)
     return Answer(text="\n".join(lines), cited=[ev.n for ev in picked], synthesizer="extractive", answered=not partial)
+
+
+def _gate_notes(verdict: Verdict) -> list[str]:
+    """The sentences opening a partial answer: what the sources never mention, and the asked
+    form of value no evidence holds."""
+    notes = [missing_terms_note(verdict.coverage)] if verdict.coverage.partial else []
+    return notes + ([missing_type_note(verdict.missing_type)] if verdict.missing_type else [])
 
 
 def _closest(evidence: list[Evidence]) -> list[Evidence]:
@@ -402,8 +413,10 @@ def synthesize_stream(
     The one place that decides between answering and declining (``verdict`` is the
     answerability gate's, default: relevant and fully covered), for the streamed and the
     non-streamed answer alike. A partial verdict (the question names terms no readable source
-    mentions) opens the answer with the gate's missing-terms note, tells the LLM which terms are
-    missing, and marks the answer declined.
+    mentions, or asks for a form of value no evidence holds) opens the answer with the gate's
+    notes, tells the LLM which terms are missing, and marks the answer declined. An LLM answer
+    stating no value of the form the question asks for (``search.pipeline.gate.asked_answer_type``:
+    a Slack channel, a count, ...) opens with a note saying so and counts as declined.
 
     If the LLM fails, the answer is the extractive one with ``error`` saying why. When the LLM
     failed after some text was yielded, that text is superseded: the final ``Answer.text`` is
@@ -421,13 +434,14 @@ def synthesize_stream(
         yield from answer.text.splitlines(keepends=True)
         yield answer
         return
-    partial = verdict.coverage.partial
-    note = missing_terms_note(verdict.coverage) + "\n\n" if partial else ""
+    partial = verdict.partial
+    note = " ".join(_gate_notes(verdict)) + "\n\n" if partial else ""
     citations = StreamingCitationFilter(e.n for e in evidence)
     if note:
         yield note
     try:
-        for token in llm_answer_stream(question, evidence, missing=verdict.coverage.unknown if partial else ()):
+        missing = verdict.coverage.unknown if verdict.coverage.partial else ()
+        for token in llm_answer_stream(question, evidence, missing=missing):
             delta = citations.feed(token)
             if delta:
                 yield delta
@@ -475,11 +489,19 @@ def synthesize_stream(
         logger.info("LLM answer names what no evidence holds: %s", invented)
         note += invented_names_note(invented) + "\n\n"
         error = error or "the language model's answer names what no source holds; a note says so"
+    asked = asked_answer_type(question)
+    unstated = bool(asked) and not partial and not text_declines(text) and not asked.held_by(text)
+    if unstated:
+        # ERB qst_0988 asks which Slack channel owns a component; the sources list owner teams,
+        # and qwen-1.5b answered with a component id.
+        logger.info("LLM answer states no %s, which the question asks for", asked.label)
+        note += unstated_type_note(asked.label) + "\n\n"
+        error = error or f"the language model's answer states no {asked.label}; a note says so"
     yield Answer(
         text=note + text,
         cited=cited,
         synthesizer="llm",
-        answered=not partial and not invented and llm_answered(text, cited),
+        answered=not partial and not invented and not unstated and llm_answered(text, cited),
         removed_citations=citations.removed,
         error=error,
     )

@@ -2,14 +2,20 @@
 
 import pytest
 
+from search.pipeline.evidence import Evidence
 from search.pipeline.gate import (
     PARTIAL_WEIGHT,
     Coverage,
+    asked_answer_type,
+    judge,
     missing_terms_note,
+    missing_type_note,
     question_coverage,
     question_terms,
     text_declines,
+    unstated_type_note,
 )
+from search.pipeline.synthesizer import extractive_answer
 from sources.selectors import scope_for_user
 
 
@@ -61,3 +67,73 @@ def test_missing_terms_note_names_the_terms_and_reads_as_a_decline():
     note = missing_terms_note(Coverage(unknown=("CO2e", "kv_crc"), weight=4))
     assert "“CO2e”" in note and "“kv_crc”" in note
     assert text_declines(note)
+
+
+@pytest.mark.parametrize(
+    ("question", "label"),
+    [
+        ("In the registry, what Slack channel is listed as the ownership contact?", "Slack channel"),
+        ("Which channels announce deploys?", "Slack channel"),
+        ("What email address do I write to for badge access?", "email address"),
+        ("Which proxy hotfix version resolved it?", "version"),
+        ("How many incident writeups describe a fallback?", "number"),
+        ("How much were the three invoices?", "number"),
+        ("What link has the runbook?", "link"),
+        # Asking for other things, or "when" as a condition rather than a date: no form asked for.
+        ("When we use the GPU firmware operator, what BIOS settings are included?", None),
+        ("Who approves terminating test instances?", None),
+        ("What is the channel strategy for partners?", None),  # "channel strategy" is not a Slack channel
+    ],
+)
+def test_asked_answer_type_recognises_the_form_of_value_asked_for(question, label):
+    asked = asked_answer_type(question)
+    assert (asked.label if asked else None) == label
+
+
+@pytest.mark.parametrize(
+    ("label", "text", "held"),
+    [
+        ("Slack channel", "Ask in #billing-ops [1].", True),
+        ("Slack channel", "The owner is `hosted.chat.us-east` [2]; see issue #4521.", False),
+        ("number", "Four writeups describe it [1].", True),
+        ("number", "Several writeups describe it [1] [2].", False),  # citations are not numbers
+        ("version", "Upgrade the proxy to v2.2.3 [1].", True),
+        ("version", "Upgrade the proxy [1].", False),
+    ],
+)
+def test_a_value_of_the_asked_form_is_found_outside_citations(label, text, held):
+    from search.pipeline.gate import ANSWER_TYPES
+
+    kind = next(t for t in ANSWER_TYPES if t.label == label)
+    assert kind.held_by(text) is held
+
+
+def _relevant(n, title, text):
+    return Evidence(n=n, document_id=n, kind="doc_section", title=title, url="", text=text, score=1.0,
+                    tool="search", lexical_rank=n)  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_evidence_with_no_value_of_the_asked_form_cannot_answer(kb):
+    """ERB qst_0988 asks which Slack channel owns a status component; the sources list owner
+    teams. Evidence naming no channel at all makes the verdict partial and the answer a decline."""
+    scope = scope_for_user(kb.acme.admin)
+    question = "Which Slack channel owns deploying the billing service?"
+    teams = [
+        _relevant(1, "Runbook > Deploying", "To deploy the billing service run make release; owner: Payments team.")
+    ]
+    verdict = judge(question, teams, scope)
+    assert verdict.relevant and verdict.missing_type == "Slack channel" and verdict.declines
+    answer = extractive_answer(question, teams, verdict=verdict)
+    assert answer.text.startswith(missing_type_note("Slack channel")) and not answer.answered
+    assert text_declines(answer.text) and answer.cited == [1]
+
+    channel = [*teams, _relevant(2, "Deploys", "Deploy questions go to #billing-ops before release.")]
+    verdict = judge(question, channel, scope)
+    assert verdict.missing_type == "" and not verdict.declines
+    assert extractive_answer(question, channel, verdict=verdict).answered
+
+
+def test_the_type_notes_read_as_declines():
+    assert text_declines(missing_type_note("Slack channel"))
+    assert text_declines(unstated_type_note("number"))

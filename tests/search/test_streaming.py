@@ -289,3 +289,33 @@ def test_an_uncited_draft_the_evidence_supports_gets_citations_and_an_invented_n
         done = _events("How do I deploy the billing service?", scope_for_user(kb.acme.admin))[-1].data
         assert done["text"].startswith("The sources do not mention “billing_deploy_key”")
         assert text_declines(done["text"]) and done["answered"] is False and done["cited"] == [runbook]
+
+
+@pytest.mark.django_db
+def test_an_llm_answer_stating_no_value_of_the_asked_form_is_flagged(kb, settings):
+    """The question asks for a Slack channel and the evidence holds one (the #billing thread),
+    but the model answers with a team: a note says the answer states no channel, and it counts as
+    declined. An answer naming the channel stands."""
+    from search.pipeline.gate import text_declines, unstated_type_note
+
+    drafts = {"answer": ""}
+    question = "Which Slack channel discussed invoices stuck in pending after the webhook outage?"
+
+    def responder(body):
+        return PLAN if body.get("response_format") else [drafts["answer"]]
+
+    with FakeOpenAIServer(responder) as server:
+        _use(settings, server)
+        scope = scope_for_user(kb.acme.admin)
+        evidence = _events(question, scope)[2].data["evidence"]
+        thread = next(e["n"] for e in evidence if e["title"].startswith("#billing"))
+
+        drafts["answer"] = f"The payments team discussed it [{thread}]."
+        done = _events(question, scope)[-1].data
+        assert done["text"].startswith(unstated_type_note("Slack channel"))
+        assert text_declines(done["text"]) and done["answered"] is False
+        assert "states no Slack channel" in done["error"]
+
+        drafts["answer"] = f"It was discussed in #billing [{thread}]."
+        done = _events(question, scope)[-1].data
+        assert done["text"] == drafts["answer"] and done["answered"] is True and not done["error"]
