@@ -3,9 +3,10 @@
 For each question, ``search.services.ask_stream`` runs planner -> tools -> gate -> synthesizer
 and the report measures, per question type and overall (``shared/eval/README.md``):
 
-- **declines**: the answer's text says the sources do not (fully) answer
+- **declines**: the answer's own words say the sources do not (fully) answer
   (``search.pipeline.gate.text_declines``; an uncited answer that does not say so is no
-  decline). For ``unanswerable``
+  decline). An extractive answer's ``- … [n]`` lines quote the evidence, not the answer: a
+  quoted log line "tenant not found" is no decline (``stated_decline``). For ``unanswerable``
   questions the share that decline is the score (target >= 0.9); for the others the share that
   decline is the false-decline rate.
 - **facts**: the share of the question's ``answer_facts`` the answer states, judged by the
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import statistics
 import time
 from collections import defaultdict
@@ -88,6 +90,17 @@ def judge_fact(answer: str, fact: str) -> bool | None:
         return None
 
 
+_QUOTED_LINE = re.compile(r"^- .*\[\d+\]$")
+
+
+def stated_decline(text: str, synthesizer: str) -> bool:
+    """Whether the answer says the sources do not (fully) answer: ``text_declines`` of its own
+    words, i.e. without an extractive answer's quoted evidence lines (``- <sentence> [n]``)."""
+    if synthesizer == "extractive":
+        text = "\n".join(line for line in text.splitlines() if not _QUOTED_LINE.match(line))
+    return text_declines(text)
+
+
 def answer_question(question: Question, scope: QueryScope) -> AnswerResult:
     """Run one question through ``ask_stream``; times the first token and the whole answer."""
     from search.services import ask_stream
@@ -107,7 +120,7 @@ def answer_question(question: Question, scope: QueryScope) -> AnswerResult:
     return AnswerResult(
         question=question,
         text=answer.text,
-        declined=text_declines(answer.text),
+        declined=stated_decline(answer.text, answer.synthesizer),
         synthesizer=answer.synthesizer,
         cited_ids=[e.external_id for e in result.sources],
         citations_valid=len(answer.cited),

@@ -21,10 +21,18 @@ _STOP = set(
 )
 
 
+_WITH_DIGIT = re.compile(r"[A-Za-z0-9][\w/.:-]*")
+
+
 def content_terms(text: str) -> set[str]:
     """The content words of ``text``: lower-cased, stop words and words under 3 letters left
-    out, each cut to its first 6 letters (a crude stem: "deployments" and "deployed" meet)."""
-    return {w.lower()[:6] for w in _WORD.findall(text) if w.lower() not in _STOP and len(w) > 2}
+    out, each cut to its first 6 letters (a crude stem: "deployments" and "deployed" meet); and
+    whole, lower-cased, every token holding a digit ("6/1", "18:00", "eu-west-3", "v2.2.3"),
+    trailing punctuation dropped, of 2 characters or more: dates, times, versions and ids are
+    what many answers state."""
+    words = {w.lower()[:6] for w in _WORD.findall(text) if w.lower() not in _STOP and len(w) > 2}
+    numbers = {t.rstrip("/.:-").lower() for t in _WITH_DIGIT.findall(text) if any(c.isdigit() for c in t)}
+    return words | {t for t in numbers if len(t) > 1}
 
 
 PASSAGE_GAP = " … "

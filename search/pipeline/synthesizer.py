@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from search.llm import llm_client, llm_configured
-from search.pipeline.evidence import CONTIGUOUS_KINDS, Evidence, content_terms, query_passage
+from search.pipeline.evidence import CONTIGUOUS_KINDS, PASSAGE_GAP, Evidence, content_terms, query_passage
 from search.pipeline.gate import (
     Verdict,
     asked_answer_type,
@@ -169,7 +169,7 @@ def _sentences(evidence: Evidence) -> list[str]:
     text = re.sub(r"\{\s*[#.][^{}\n]{0,80}\}", " ", text)
     text = re.sub(r"</?[A-Za-z][^<>\n]{0,200}>", " ", text)  # inline HTML tags (their text stays)
     text = re.sub(r"[#*>|`]+", " ", text)
-    parts = re.split(r"(?<=[.!?])\s+|\n{2,}", text)
+    parts = re.split(r"(?<=[.!?])\s+|\n{2,}|" + re.escape(PASSAGE_GAP), text)
     parts = [re.sub(r"\s+([.,;:!?])", r"\1", re.sub(r"\s+", " ", p)).strip() for p in parts]
     return [p for p in parts if 30 <= len(p) <= 400]
 

@@ -106,3 +106,15 @@ def test_answer_evaluation_scores_declines_citations_and_judged_facts(kb, settin
 
         assert judge_fact("Run make release [1].", "Deploy with make release.") is True
         assert judge_fact("Run make release [1].", "Deploys need a pager.") is False
+
+
+def test_a_quoted_evidence_line_is_not_the_answer_declining():
+    """ERB qst_0934's extractive answer quotes a log line "403 with message 'tenant not found'":
+    the evidence's words, not the answer saying the sources lack the answer."""
+    from search.evaluation_answers import stated_decline
+
+    quoted = "From the best-matching sources:\n- Auth failures: Observe 403 with message 'tenant not found' [3]"
+    assert not stated_decline(quoted, "extractive")
+    assert stated_decline(quoted, "llm")  # an LLM's own words are all its own
+    note = "The sources do not mention “kv_crc”, so they may not answer this fully.\nThe closest sources:\n- x [1]"
+    assert stated_decline(note, "extractive")

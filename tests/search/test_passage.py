@@ -72,3 +72,25 @@ def test_the_llm_prompt_shows_each_block_where_it_matches(thread):
     block = prompt.split("[1] ", 1)[1].split("Question:", 1)[0]
     assert "6/1" in block and "6/8" in block
     assert len(block) < LLM_BLOCK_CHARS + 200  # the block's passage, its header and indentation
+
+
+def test_content_terms_keep_dates_times_versions_and_ids_whole():
+    from search.pipeline.evidence import content_terms
+
+    terms = content_terms("Go-live is 6/1 for EU-West-3, due Thu 18:00 [1]; proxy v2.2.3. Deployments in 2026.")
+    assert {"6/1", "eu-west-3", "18:00", "v2.2.3", "2026"} <= terms
+    assert {"deploy", "proxy", "thu"} <= terms and "1" not in terms and "for" not in terms
+
+
+def test_an_uncited_sentence_stating_dates_is_attributed_to_the_block_holding_them(thread):
+    """ERB qst_0387: qwen-1.5b answered with the two dates and region ids and cited nothing;
+    every word it added beyond the question is a date or an id."""
+    from search.pipeline.synthesizer import attribute_citations
+
+    ev = Evidence(n=1, document_id=1, kind="thread", title="go-live", url="", score=0, tool="s",
+                  text=query_passage(QUESTION, thread, 1200))  # fmt: skip
+    other = Evidence(n=2, document_id=2, kind="thread", title="capacity", url="", score=0, tool="s",
+                     text="EU-West capacity shortage on 2025-03-03 in eu-west-1.")  # fmt: skip
+    draft = "The target go-live dates are 6/1 for EU-West-3 and 6/8 for AP-SOUTHEAST-1."
+    text, cited = attribute_citations(QUESTION, draft, [other, ev])
+    assert cited == [1] and text.endswith("AP-SOUTHEAST-1 [1].")
