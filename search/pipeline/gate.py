@@ -79,19 +79,21 @@ _NUMBER_WORDS = "one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|
 ANSWER_TYPES = (
     AnswerType(
         "Slack channel",
-        re.compile(r"\b(?:which|what)\s+(?:slack\s+)?channels?\b", re.I),
+        # "channel" alone may be a Go or Kafka channel: Slack must be named
+        re.compile(r"\b(?:which|what)\s+slack\s+channels?\b|\b(?:which|what)\s+channels?\b.*\bslack\b", re.I | re.S),
         re.compile(r"(?<![\w#&/])#[A-Za-z][A-Za-z0-9_-]*[A-Za-z0-9]"),
     ),
     AnswerType(
         "email address",
         re.compile(r"\b(?:which|what)\s+e-?mail(?:\s+address(?:es)?)?\b", re.I),
-        re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"),
+        re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+"),  # starts only at a token start: linear
     ),
     AnswerType("link", re.compile(r"\b(?:which|what)\s+(?:url|link)s?\b", re.I), re.compile(r"https?://\S+")),
     AnswerType(
         "version",
         re.compile(r"\b(?:which|what)\s+(?:[\w-]+\s+){0,2}versions?\b", re.I),
-        re.compile(r"\bv?\d+(?:\.(?:\d+|x))+\b", re.I),
+        # 2.2.3, v2, 1.x, "version 3", "Python 3"
+        re.compile(r"\b\d+(?:\.(?:\d+|x))+\b|\bv\d+\b|\b(?:version|release)\s+\d+|\b[A-Z][A-Za-z]+\s+\d+\b", re.I),
     ),
     AnswerType(
         "number",

@@ -200,13 +200,14 @@ def _describe(question_terms: set[str], ev: Evidence) -> str:
 
 
 def _describe_raw(question_terms: set[str], ev: Evidence) -> str:
+    title = " ".join(ev.title.split())  # one line: a title's own newline must not start a line of the answer
     if ev.kind in {"code_chunk", "code_file"}:
         symbol = ev.metadata.get("symbol")
-        return f"`{symbol}` in {ev.location}" if symbol else f"{ev.title} ({ev.location})"
+        return f"`{symbol}` in {ev.location}" if symbol else f"{title} ({ev.location})"
     if ev.kind in {"commit", "pr"}:
-        return f"{ev.title} ({ev.location or ev.url})"
+        return f"{title} ({ev.location or ev.url})"
     sentence = _best_sentence(question_terms, ev)
-    return f"{ev.title}: {sentence}" if sentence else ev.title
+    return f"{title}: {sentence}" if sentence else title
 
 
 def extractive_answer(question: str, evidence: list[Evidence], *, verdict: Verdict | None = None) -> Answer:
@@ -384,7 +385,9 @@ def invented_names(question: str, text: str, evidence: list[Evidence]) -> list[s
     names: list[str] = []
     for match in _ANSWER_NAME.finditer(text):
         name = flat(match.group(1) or match.group(0))
-        if name and name not in known and name not in names:
+        # Known only as a whole name: "#incident-bot" is not "#incident-bot-archive".
+        whole = re.compile(r"(?<![\w#-])" + re.escape(name) + r"(?![\w-])")
+        if name and name not in names and not whole.search(known):
             names.append(name)
     return names
 

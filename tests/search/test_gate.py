@@ -73,7 +73,8 @@ def test_missing_terms_note_names_the_terms_and_reads_as_a_decline():
     ("question", "label"),
     [
         ("In the registry, what Slack channel is listed as the ownership contact?", "Slack channel"),
-        ("Which channels announce deploys?", "Slack channel"),
+        ("Which channels in Slack announce deploys?", "Slack channel"),
+        ("Which channel does the Go worker read jobs from?", None),  # not a Slack channel
         ("What email address do I write to for badge access?", "email address"),
         ("Which proxy hotfix version resolved it?", "version"),
         ("How many incident writeups describe a fallback?", "number"),

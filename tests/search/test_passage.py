@@ -27,10 +27,11 @@ def test_a_long_thread_is_shown_where_it_answers(thread):
     passage = query_passage(QUESTION, thread, 1200)
     assert len(passage) <= 1200
     assert "EU-West-3 go-live by 6/1" in passage and "AP-SOUTHEAST-1 by 6/8" in passage
-    # Verbatim pieces of the body, in document order, joined by the gap mark.
+    # Verbatim lines of the body, in document order; pieces joined by the gap mark.
     pieces = [p.strip() for p in passage.split(PASSAGE_GAP.strip()) if p.strip()]
     assert len(pieces) > 1
-    positions = [thread.find(p) for p in pieces]
+    lines = [line for piece in pieces for line in piece.split("\n")]
+    positions = [thread.find(line) for line in lines]
     assert -1 not in positions and positions == sorted(positions)
 
 

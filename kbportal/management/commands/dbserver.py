@@ -11,7 +11,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from kbportal.db import embedded_database_status, stop_embedded_database
+from kbportal.db import ServerStarting, embedded_database_status, stop_embedded_database
 
 
 class Command(BaseCommand):
@@ -25,14 +25,15 @@ class Command(BaseCommand):
             raise CommandError("DATABASE_URL is set: the database is external, not embedded")
         pgdata = Path(os.environ.get("KB_PGDATA", Path(settings.BASE_DIR) / ".pgdata")).resolve()
         if action == "status":
-            status = embedded_database_status(pgdata)
+            try:
+                status = embedded_database_status(pgdata)
+            except ServerStarting as exc:
+                self.stdout.write(f"embedded PostgreSQL: starting or stopping ({exc})")
+                return
             if status is None:
                 self.stdout.write(f"embedded PostgreSQL: not running (data {pgdata})")
             else:
-                socket_dir, port, pid = status
-                # postmaster.pid line 6 holds the TCP listen address; blank: the socket only.
-                lines = (pgdata / "postmaster.pid").read_text().splitlines()
-                tcp = lines[5].strip() if len(lines) > 5 else ""
+                socket_dir, port, pid, tcp = status
                 where = f"TCP {tcp}:{port}" if tcp else "no TCP listener"
                 self.stdout.write(
                     f"embedded PostgreSQL: running, pid {pid}, data {pgdata}, "
