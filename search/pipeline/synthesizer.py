@@ -203,9 +203,15 @@ def _describe_raw(question_terms: set[str], ev: Evidence) -> str:
     title = " ".join(ev.title.split())  # one line: a title's own newline must not start a line of the answer
     if ev.kind in {"code_chunk", "code_file"}:
         symbol = ev.metadata.get("symbol")
-        return f"`{symbol}` in {ev.location}" if symbol else f"{title} ({ev.location})"
+        if symbol and not symbol.endswith(">"):
+            return f"`{symbol}` in {ev.location}"
+        # A module's or class body's chunk has no name of its own: its first line says more.
+        first = next((line.strip().strip('"').strip() for line in ev.text.splitlines() if line.strip()), "")
+        return f"{ev.location}: {first[:160]}" if first else f"{title} ({ev.location})"
     if ev.kind in {"commit", "pr"}:
         return f"{title} ({ev.location or ev.url})"
+    if ev.kind == "person":  # who_knows: the credit line, not one of the documents listed
+        return f"{title}: {ev.text.split(chr(10), 1)[0].strip()}"
     sentence = _best_sentence(question_terms, ev)
     return f"{title}: {sentence}" if sentence else title
 

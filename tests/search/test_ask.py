@@ -195,3 +195,26 @@ def test_extractive_answer_drops_inline_html_tags_but_keeps_their_text():
     answer = extractive_answer("How do I configure CORS?", [page])
     assert "You can configure CORS in your FastAPI application. [1]" in answer.text
     assert "<abbr" not in answer.text and "</abbr" not in answer.text
+
+
+def test_extractive_bullets_say_what_a_person_or_a_nameless_chunk_is():
+    """The newcomer's demo: a who-knows block was described by one of its listed documents
+    ("maintainers: Author: commit …") and a module chunk as "`<module>` in …:1-1"."""
+    from search.pipeline.evidence import Evidence
+    from search.pipeline.synthesizer import extractive_answer
+
+    person = Evidence(
+        n=1, document_id=-1, kind="person", title="Ana Ruiz", url="", score=3.2, tool="who_knows",
+        text="Ana Ruiz is credited 3.21 points for this question by 4 documents.\n\nAuthor: commit “Slack export”.",
+        lexical_rank=1,
+    )  # fmt: skip
+    module = Evidence(
+        n=2, document_id=2, kind="code_chunk", title="slack_export/__init__.py: <module>", url="", score=1.0,
+        tool="search", text='"""Slack workspace export connector: threads from an export ZIP."""',
+        path="sources/slack_export/__init__.py", start_line=1, end_line=1, metadata={"symbol": "<module>"},
+        lexical_rank=2,
+    )  # fmt: skip
+    text = extractive_answer("who knows the slack export connector", [person, module]).text
+    assert "- Ana Ruiz: Ana Ruiz is credited 3.21 points for this question by 4 documents. [1]" in text
+    assert "- sources/slack_export/__init__.py:1-1: Slack workspace export connector: threads from" in text
+    assert "<module>" not in text
