@@ -69,6 +69,12 @@ class AnswerType:
     label: str
     question: re.Pattern[str]
     answer: re.Pattern[str]
+    verbatim: bool = True  # a value sources write as it is (a channel), not one an answer derives (a count)
+
+    def values(self, text: str) -> list[str]:
+        """The values of this form in ``text``, in order, each once (citations ``[n]`` do not count)."""
+        found = self.answer.finditer(re.sub(r"\[\d+(?:\s*,\s*\d+)*\]", " ", text))
+        return list(dict.fromkeys(m.group(0) for m in found))
 
     def held_by(self, text: str) -> bool:
         """True when ``text`` holds a value of this form (citations ``[n]`` do not count)."""
@@ -99,6 +105,7 @@ ANSWER_TYPES = (
         "number",
         re.compile(r"\bhow\s+(?:many|much)\b", re.I),
         re.compile(rf"\d|\b(?:{_NUMBER_WORDS})\b", re.I),
+        verbatim=False,  # "how many writeups …" is counted across sources, not copied from one
     ),
 )
 
@@ -111,6 +118,12 @@ def asked_answer_type(question: str) -> AnswerType | None:
 def missing_type_note(label: str) -> str:
     """The sentence that opens an answer whose evidence holds no value of the asked form."""
     return f"The sources found do not state a {label}, which the question asks for."
+
+
+def ungrounded_values_note(values: list[str], label: str) -> str:
+    """The sentence that opens an LLM answer giving values of the asked form its cited blocks lack."""
+    listed = ", ".join(f"“{v}”" for v in values[:8])
+    return f"The cited sources do not state {listed}, the {label} this answer gives: treat it as unverified."
 
 
 def unstated_type_note(label: str) -> str:

@@ -21,6 +21,7 @@ from search.pipeline.gate import (
     missing_terms_note,
     missing_type_note,
     text_declines,
+    ungrounded_values_note,
     unstated_type_note,
 )
 
@@ -382,20 +383,43 @@ def invented_names(question: str, text: str, evidence: list[Evidence]) -> list[s
     answer order, each once. A channel is matched with its ``#``: a thread's word "incident-bot"
     does not make "#incident-bot" a channel (ERB qst_0988, which no source answers)."""
 
-    def flat(value: str) -> str:
-        return re.sub(r"\s+", " ", value).strip().lower()
-
-    channels = " ".join(f"#{ev.metadata['channel']}" for ev in evidence if ev.metadata.get("channel"))
-    blocks = "\n".join(f"{ev.title}\n{ev.text}\n{ev.context}" for ev in evidence)
-    known = flat(f"{question}\n{channels}\n{blocks}")
+    known = _known_text(evidence, question)
     names: list[str] = []
     for match in _ANSWER_NAME.finditer(text):
-        name = flat(match.group(1) or match.group(0))
-        # Known only as a whole name: "#incident-bot" is not "#incident-bot-archive".
-        whole = re.compile(r"(?<![\w#-])" + re.escape(name) + r"(?![\w-])")
-        if name and name not in names and not whole.search(known):
+        name = _flat(match.group(1) or match.group(0))
+        if name and name not in names and not _holds_whole(known, name):
             names.append(name)
     return names
+
+
+def _flat(value: str) -> str:
+    return re.sub(r"\s+", " ", value).strip().lower()
+
+
+def _known_text(evidence: Sequence[Evidence], question: str = "") -> str:
+    """What ``evidence`` (and ``question``) say, flattened: each block's title, text, context
+    and a thread's channel as ``#name``."""
+    channels = " ".join(f"#{ev.metadata['channel']}" for ev in evidence if ev.metadata.get("channel"))
+    blocks = "\n".join(f"{ev.title}\n{ev.text}\n{ev.context}" for ev in evidence)
+    return _flat(f"{question}\n{channels}\n{blocks}")
+
+
+def _holds_whole(known: str, value: str) -> bool:
+    """``value`` occurs in ``known`` as a whole name: "#incident-bot" is not "#incident-bot-archive"."""
+    return bool(re.search(r"(?<![\w#-])" + re.escape(_flat(value)) + r"(?![\w-])", known))
+
+
+def ungrounded_values(question: str, text: str, evidence: list[Evidence], cited: Sequence[int]) -> list[str]:
+    """Values of the form the question asks for (a Slack channel, an email, a link, a version:
+    ``AnswerType.verbatim``) that the answer gives but none of the blocks it cites holds: a
+    claim its citations do not support (citation precision, Gao et al., "Enabling Large
+    Language Models to Generate Text with Citations", EMNLP 2023, reduced to the asked value).
+    Empty when no such form is asked for or every value is in a cited block."""
+    asked = asked_answer_type(question)
+    if asked is None or not asked.verbatim:
+        return []
+    known = _known_text([ev for ev in evidence if ev.n in set(cited)])
+    return [v for v in asked.values(text) if not _holds_whole(known, v.rstrip(".,;:"))]
 
 
 def invented_names_note(names: Sequence[str]) -> str:
@@ -425,7 +449,9 @@ def synthesize_stream(
     mentions, or asks for a form of value no evidence holds) opens the answer with the gate's
     notes, tells the LLM which terms are missing, and marks the answer declined. An LLM answer
     stating no value of the form the question asks for (``search.pipeline.gate.asked_answer_type``:
-    a Slack channel, a count, ...) opens with a note saying so and counts as declined.
+    a Slack channel, a count, ...), or giving a channel, email, link or version that none of its
+    cited blocks holds (:func:`ungrounded_values`), opens with a note saying so and counts as
+    declined.
 
     If the LLM fails, the answer is the extractive one with ``error`` saying why. When the LLM
     failed after some text was yielded, that text is superseded: the final ``Answer.text`` is
@@ -499,18 +525,25 @@ def synthesize_stream(
         note += invented_names_note(invented) + "\n\n"
         error = error or "the language model's answer names what no source holds; a note says so"
     asked = asked_answer_type(question)
-    unstated = bool(asked) and not partial and not text_declines(text) and not asked.held_by(text)
+    checked = bool(asked) and not partial and not text_declines(text)
+    unstated = checked and not asked.held_by(text)
+    ungrounded = ungrounded_values(question, text, evidence, cited) if checked and not unstated else []
     if unstated:
         # ERB qst_0988 asks which Slack channel owns a component; the sources list owner teams,
         # and qwen-1.5b answered with a component id.
         logger.info("LLM answer states no %s, which the question asks for", asked.label)
         note += unstated_type_note(asked.label) + "\n\n"
         error = error or f"the language model's answer states no {asked.label}; a note says so"
+    elif ungrounded:
+        # ERB qst_0988 again, another run: "#support" (a channel of other pages), cited to ADR-014.
+        logger.info("LLM answer gives %s no cited block holds: %s", asked.label, ungrounded)
+        note += ungrounded_values_note(ungrounded, asked.label) + "\n\n"
+        error = error or f"the language model's answer gives a {asked.label} its cited sources lack; a note says so"
     yield Answer(
         text=note + text,
         cited=cited,
         synthesizer="llm",
-        answered=not partial and not invented and not unstated and llm_answered(text, cited),
+        answered=not partial and not invented and not unstated and not ungrounded and llm_answered(text, cited),
         removed_citations=citations.removed,
         error=error,
     )

@@ -319,3 +319,24 @@ def test_an_llm_answer_stating_no_value_of_the_asked_form_is_flagged(kb, setting
         drafts["answer"] = f"It was discussed in #billing [{thread}]."
         done = _events(question, scope)[-1].data
         assert done["text"] == drafts["answer"] and done["answered"] is True and not done["error"]
+
+        # The right channel cited to a block that does not hold it: the citation does not support it.
+        other = next(e["n"] for e in evidence if e["n"] != thread)
+        drafts["answer"] = f"It was discussed in #billing [{other}]."
+        done = _events(question, scope)[-1].data
+        assert done["text"].startswith("The cited sources do not state “#billing”, the Slack channel this answer")
+        assert text_declines(done["text"]) and done["answered"] is False
+        assert "its cited sources lack" in done["error"]
+
+
+def test_ungrounded_values_are_asked_values_no_cited_block_holds():
+    from search.pipeline.synthesizer import ungrounded_values
+
+    thread = _block(1, "Streaming outage", "Escalate in #support-escalations; the bot posts to #incidents.")
+    adr = _block(2, "ADR-014", "The registry lives in the observability-pack repository.")
+    question = "Which Slack channel owns the streaming component?"
+    assert ungrounded_values(question, "It is #support [2].", [thread, adr], [2]) == ["#support"]
+    assert ungrounded_values(question, "It is #support [1].", [thread, adr], [1]) == ["#support"]  # not whole
+    assert ungrounded_values(question, "It is #incidents [1].", [thread, adr], [1]) == []
+    # A count is worked out across sources, not copied from one: never checked this way.
+    assert ungrounded_values("How many writeups mention it?", "Four [2].", [thread, adr], [2]) == []
