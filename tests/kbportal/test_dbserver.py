@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _dbserver(action: str, pgdata: Path) -> str:
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "DATABASE_OWNER_URL"}}
     env["KB_PGDATA"] = str(pgdata)
+    env.pop("XDG_RUNTIME_DIR", None)  # unset, as on the CI machine: platformdirs warns, we do not show it
     proc = subprocess.run(
         [sys.executable, "manage.py", "dbserver", action],
         cwd=ROOT,
@@ -22,6 +23,7 @@ def _dbserver(action: str, pgdata: Path) -> str:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
+    assert "Warning" not in proc.stderr, proc.stderr  # the newcomer saw a RuntimeDirWarning here
     return proc.stdout
 
 
