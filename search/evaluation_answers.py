@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import statistics
 import time
 from collections import defaultdict
@@ -30,6 +29,7 @@ from typing import Any
 
 from search.evaluation import Question, _percentile
 from search.pipeline.gate import text_declines
+from search.pipeline.synthesizer import POINTER_LINE
 from sources.selectors import QueryScope
 
 logger = logging.getLogger(__name__)
@@ -90,14 +90,11 @@ def judge_fact(answer: str, fact: str) -> bool | None:
         return None
 
 
-_QUOTED_LINE = re.compile(r"^- .*\[\d+\]$")
-
-
 def stated_decline(text: str, synthesizer: str) -> bool:
     """Whether the answer says the sources do not (fully) answer: ``text_declines`` of its own
     words, i.e. without an extractive answer's quoted evidence lines (``- <sentence> [n]``)."""
     if synthesizer == "extractive":
-        text = "\n".join(line for line in text.splitlines() if not _QUOTED_LINE.match(line))
+        text = "\n".join(line for line in text.splitlines() if not POINTER_LINE.match(line))
     return text_declines(text)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -242,6 +243,17 @@ def evidence_from_hit(hit: Hit, *, tool: str, query: str = "") -> Evidence:
 
 
 _KEPT_METADATA = {"symbol", "language", "heading_path", "channel", "participants", "sha", "author", "pr_number"}
+
+
+def evidence_text(evidence: Iterable[Evidence]) -> str:
+    """What the blocks say, one after another: each block's title, text and context, and a
+    thread's channel as ``#name`` (a thread from #billing holds that channel even when its text
+    never writes it). The one text the gate's and the synthesizer's value checks read."""
+    parts = []
+    for ev in evidence:
+        channel = f"#{ev.metadata['channel']}\n" if ev.metadata.get("channel") else ""
+        parts.append(f"{channel}{ev.title}\n{ev.text}\n{ev.context}")
+    return "\n".join(parts)
 
 
 def number_evidence(groups: list[list[Evidence]], *, limit: int = 10) -> list[Evidence]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from django.db import connection
 
 from kbportal.tenancy import tenant_context
-from search.pipeline.evidence import Evidence
+from search.pipeline.evidence import Evidence, evidence_text
 from search.retrieval import scope_where_sql
 from sources.selectors import QueryScope
 
@@ -73,12 +73,14 @@ class AnswerType:
 
     def values(self, text: str) -> list[str]:
         """The values of this form in ``text``, in order, each once (citations ``[n]`` do not count)."""
-        found = self.answer.finditer(re.sub(r"\[\d+(?:\s*,\s*\d+)*\]", " ", text))
-        return list(dict.fromkeys(m.group(0) for m in found))
+        return list(dict.fromkeys(m.group(0) for m in self.answer.finditer(_CITATIONS.sub(" ", text))))
 
     def held_by(self, text: str) -> bool:
         """True when ``text`` holds a value of this form (citations ``[n]`` do not count)."""
-        return bool(self.answer.search(re.sub(r"\[\d+(?:\s*,\s*\d+)*\]", " ", text)))
+        return bool(self.answer.search(_CITATIONS.sub(" ", text)))
+
+
+_CITATIONS = re.compile(r"\[\d+(?:\s*,\s*\d+)*\]")
 
 
 _NUMBER_WORDS = "one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|dozen|hundred|thousand|million|none|no"
@@ -244,9 +246,7 @@ def judge(question: str, evidence: list[Evidence], scope: QueryScope) -> Verdict
     if not relevant:
         return Verdict(relevant=False)
     asked = asked_answer_type(question)
-    held = asked is None or any(
-        asked.held_by(f"{ev.title}\n{ev.text}\n{ev.context}") for ev in evidence if ev.is_relevant
-    )
+    held = asked is None or asked.held_by(evidence_text(ev for ev in evidence if ev.is_relevant))
     return Verdict(
         relevant=True,
         coverage=question_coverage(question, scope),

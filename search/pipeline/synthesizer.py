@@ -14,7 +14,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from search.llm import llm_client, llm_configured
-from search.pipeline.evidence import CONTIGUOUS_KINDS, PASSAGE_GAP, Evidence, content_terms, query_passage
+from search.pipeline.evidence import (
+    CONTIGUOUS_KINDS,
+    PASSAGE_GAP,
+    Evidence,
+    content_terms,
+    evidence_text,
+    query_passage,
+)
 from search.pipeline.gate import (
     Verdict,
     asked_answer_type,
@@ -43,9 +50,6 @@ class Answer:
     answered: bool
     removed_citations: list[int] = field(default_factory=list)
     error: str = ""
-
-
-_terms = content_terms
 
 
 _CITATION_PREFIX = re.compile(r"\[(?:\d+(?:\s*,\s*\d+)*\s*(?:,\s*)?)?")  # what may still become a citation
@@ -182,7 +186,7 @@ def _best_sentence(question_terms: set[str], ev: Evidence) -> str:
     """The block's sentence sharing most terms with the question (ties: the earlier one)."""
     best, best_overlap = "", 0
     for sentence in _sentences(ev):
-        overlap = len(question_terms & _terms(sentence))
+        overlap = len(question_terms & content_terms(sentence))
         if overlap > best_overlap:
             best, best_overlap = sentence, overlap
     return best
@@ -249,9 +253,12 @@ def _closest(evidence: list[Evidence]) -> list[Evidence]:
     return [ev for ev in evidence if ev.is_relevant][:EXTRACTIVE_BLOCKS]
 
 
+POINTER_LINE = re.compile(r"^- .*\[\d+\]$")  # an extractive answer's line quoting one block
+
+
 def _pointer_lines(question: str, picked: list[Evidence]) -> list[str]:
-    """One ``- <best sentence or symbol> [n]`` line per block."""
-    q = _terms(question)
+    """One ``- <best sentence or symbol> [n]`` line per block (:data:`POINTER_LINE`)."""
+    q = content_terms(question)
     return [f"- {_describe(q, ev)} [{ev.n}]" for ev in picked]
 
 
@@ -330,19 +337,19 @@ _ANSWER_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 def _block_terms(question: str, ev: Evidence) -> set[str]:
-    return _terms(f"{ev.title}\n{_prompt_text(question, ev)}\n{ev.context[:300]}")
+    return content_terms(f"{ev.title}\n{_prompt_text(question, ev)}\n{ev.context[:300]}")
 
 
 def attribute_citations(question: str, text: str, evidence: list[Evidence]) -> tuple[str, list[int]]:
     """Post-hoc attribution of an answer that cites nothing: each sentence whose *new* terms
-    (``_terms`` of the sentence less the question's, i.e. what the sentence adds) are at least
+    (``content_terms`` of the sentence less the question's, i.e. what the sentence adds) are at least
     ``ATTRIBUTION_SHARE`` held by one evidence block, and number at least
     ``ATTRIBUTION_MIN_TERMS``, gets that block's ``[n]`` (the block holding most; ties: the
     lower number) before its final punctuation. Returns ``(text, cited numbers in order)``;
     ``cited`` is empty when no sentence is supported. Retrieval-based attribution as in Gao et
     al., "RARR: Researching and Revising What Language Models Say", ACL 2023, reduced to term
     overlap with the blocks the model was given."""
-    asked = _terms(question)
+    asked = content_terms(question)
     blocks = [(ev.n, _block_terms(question, ev)) for ev in evidence[:LLM_EVIDENCE_BLOCKS]]
     cited: list[int] = []
     out: list[str] = []
@@ -350,7 +357,7 @@ def attribute_citations(question: str, text: str, evidence: list[Evidence]) -> t
     for match in [*_ANSWER_SENTENCE.finditer(text), None]:
         end = match.start() if match else len(text)
         sentence = text[pos:end]
-        new = _terms(sentence) - asked
+        new = content_terms(sentence) - asked
         best_n, best_held = 0, 0
         for n, terms in blocks:
             held = len(new & terms)
@@ -397,11 +404,8 @@ def _flat(value: str) -> str:
 
 
 def _known_text(evidence: Sequence[Evidence], question: str = "") -> str:
-    """What ``evidence`` (and ``question``) say, flattened: each block's title, text, context
-    and a thread's channel as ``#name``."""
-    channels = " ".join(f"#{ev.metadata['channel']}" for ev in evidence if ev.metadata.get("channel"))
-    blocks = "\n".join(f"{ev.title}\n{ev.text}\n{ev.context}" for ev in evidence)
-    return _flat(f"{question}\n{channels}\n{blocks}")
+    """What ``evidence`` (:func:`~search.pipeline.evidence.evidence_text`) and ``question`` say, flattened."""
+    return _flat(f"{question}\n{evidence_text(evidence)}")
 
 
 def _holds_whole(known: str, value: str) -> bool:

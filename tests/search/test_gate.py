@@ -134,6 +134,11 @@ def test_evidence_with_no_value_of_the_asked_form_cannot_answer(kb):
     assert verdict.missing_type == "" and not verdict.declines
     assert extractive_answer(question, channel, verdict=verdict).answered
 
+    # A thread holds its own channel, as the synthesizer's invented-name check already counted it.
+    thread = _relevant(3, "Deploy day", "Ana: release is out, billing looks fine.")
+    thread.metadata = {"channel": "billing-ops"}
+    assert judge(question, [*teams, thread], scope).missing_type == ""
+
 
 def test_the_type_notes_read_as_declines():
     assert text_declines(missing_type_note("Slack channel"))
