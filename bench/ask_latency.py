@@ -31,7 +31,7 @@ def main() -> None:
     import django
 
     django.setup()
-    from search.evaluation import _percentile
+    from search.evaluation import percentile
     from search.services import ask
     from sources.selectors import scope_for_operator
 
@@ -53,7 +53,7 @@ def main() -> None:
     totals.sort()
     print(
         f"\nask latency over {len(totals)} questions (synthesizer: {result.answer.synthesizer}): "
-        f"p50 {_percentile(totals, 50):.0f} ms, p95 {_percentile(totals, 95):.0f} ms, "
+        f"p50 {percentile(totals, 50):.0f} ms, p95 {percentile(totals, 95):.0f} ms, "
         f"mean {statistics.fmean(totals):.0f} ms"
     )
 

@@ -33,6 +33,7 @@ from sources.selectors import QueryScope
 
 KS = (1, 3, 10)
 FASTAPI_VERSION = "0.141.1"
+DJANGO_HAYSTACK_VERSION = "5.2.19"
 
 
 @dataclass
@@ -174,8 +175,8 @@ def evaluate(
         "overall": summary(results) if results else {"n": 0},
         "by_type": {t: summary(rows) for t, rows in sorted(by_type.items())},
         "latency_ms": {
-            "p50": round(_percentile(latencies, 50), 1),
-            "p95": round(_percentile(latencies, 95), 1),
+            "p50": round(percentile(latencies, 50), 1),
+            "p95": round(percentile(latencies, 95), 1),
         }
         if latencies
         else {},
@@ -192,7 +193,7 @@ def evaluate(
     }
 
 
-def _percentile(values: list[float], pct: float) -> float:
+def percentile(values: list[float], pct: float) -> float:
     if not values:
         return 0.0
     index = (len(values) - 1) * pct / 100
@@ -200,31 +201,45 @@ def _percentile(values: list[float], pct: float) -> float:
     return values[lo] + (values[hi] - values[lo]) * (index - lo)
 
 
-def fastapi_source_checkout(workdir: Path | None = None) -> Path:
-    """The FastAPI 0.141.1 sdist, downloaded from PyPI and unpacked as a git repository.
+def sdist_checkout(package: str, version: str, workdir: Path | None = None) -> Path:
+    """The sdist of ``package==version``, downloaded from PyPI and unpacked as a git repository.
 
-    Returns the repository root (holding ``fastapi/``). Cached under ``KB_WORKDIR``; raises
-    ``RuntimeError`` naming the command when the download fails.
+    Returns the repository root (the sdist's top folder, e.g. ``fastapi-0.141.1/``). Cached
+    under ``KB_WORKDIR/<package>-src``; raises ``RuntimeError`` naming the command when the
+    download fails.
     """
-    root = Path(workdir or settings.KB_WORKDIR) / "fastapi-src"
-    repo = root / f"fastapi-{FASTAPI_VERSION}"
+    root = Path(workdir or settings.KB_WORKDIR) / f"{package}-src"
+    repo = root / f"{package}-{version}"
     if (repo / ".git").exists():
         return repo
     root.mkdir(parents=True, exist_ok=True)
-    sdists = list(root.glob(f"fastapi-{FASTAPI_VERSION}.tar.gz"))
+    sdists = list(root.glob(f"{package}-{version}.tar.gz"))
     if not sdists:
         cmd = [
             sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-            f"fastapi=={FASTAPI_VERSION}", "-d", str(root), "-q",
+            f"{package}=={version}", "-d", str(root), "-q",
         ]  # fmt: skip
         proc = subprocess.run(cmd, capture_output=True, text=True)
-        sdists = list(root.glob(f"fastapi-{FASTAPI_VERSION}.tar.gz"))
+        sdists = list(root.glob(f"{package}-{version}.tar.gz"))
         if proc.returncode != 0 or not sdists:
-            raise RuntimeError(f"could not download the FastAPI sdist ({' '.join(cmd)}): {proc.stderr.strip()[-500:]}")
+            raise RuntimeError(
+                f"could not download the {package} sdist ({' '.join(cmd)}): {proc.stderr.strip()[-500:]}"
+            )
     with tarfile.open(sdists[0]) as tar:
         tar.extractall(root, filter="data")
     git = ["git", "-c", "user.name=kbportal", "-c", "user.email=kbportal@localhost", "-C", str(repo)]
     subprocess.run(git[:-2] + ["init", "-q", str(repo)], check=True)
     subprocess.run(git + ["add", "-A"], check=True)
-    subprocess.run(git + ["commit", "-q", "-m", f"FastAPI {FASTAPI_VERSION} sdist"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", f"{package} {version} sdist"], check=True)
     return repo
+
+
+def fastapi_source_checkout(workdir: Path | None = None) -> Path:
+    """The FastAPI 0.141.1 sdist as a git repository (:func:`sdist_checkout`), holding ``fastapi/``."""
+    return sdist_checkout("fastapi", FASTAPI_VERSION, workdir)
+
+
+def django_source_checkout(workdir: Path | None = None) -> Path:
+    """The Django 5.2.19 sdist as a git repository (:func:`sdist_checkout`), holding ``django/``
+    and ``docs/``: the unrelated material of the haystack evaluation (``shared/eval/README.md``)."""
+    return sdist_checkout("django", DJANGO_HAYSTACK_VERSION, workdir)

@@ -17,7 +17,13 @@ from django.core.management.base import BaseCommand, CommandError
 from kbportal.tenancy import tenant_context
 from projects.models import Project, Tenant
 from projects.services import project_create
-from search.evaluation import EvalInputError, evaluate, fastapi_source_checkout, load_questions
+from search.evaluation import (
+    EvalInputError,
+    django_source_checkout,
+    evaluate,
+    fastapi_source_checkout,
+    load_questions,
+)
 from search.evaluation_answers import evaluate_answers
 from search.retrieval import ALL_RANKERS, OPTIONAL_RANKERS
 from sources.models import DataSource
@@ -64,10 +70,37 @@ def _corpus(name: str) -> list[dict]:
                     "id_field": "dataset_doc_uuid",
                     # The benchmark's own noise label must not be searchable.
                     "exclude_fields": ["dataset_noise_document"],
+                    # Who owns or took part in a meeting or mail thread, in this data set's own names.
+                    "person_fields": {
+                        "redwood_owner": "owner",
+                        "mailbox_owner": "owner",
+                        "redwood_attendees": "participant",
+                        "participants_internal": "participant",
+                    },
                 },
             }
         ]
     raise CommandError(f"unknown evaluation set {name!r}; use fastapi or erb")
+
+
+def _haystack() -> list[dict]:
+    """Unrelated material added to a set's project (``shared/eval/README.md``, "Haystack"):
+    Django's source (without its locale files) as a git source and its reStructuredText docs."""
+    django = django_source_checkout()
+    return [
+        {
+            "slug": "haystack-django-code",
+            "kind": "git",
+            "config": {"path": str(django), "max_commits": 0},
+            "include": ["django/*"],
+            "exclude": ["django/conf/locale/*"],
+        },
+        {
+            "slug": "haystack-django-docs",
+            "kind": "docs",
+            "config": {"path": str(django / "docs"), "glob": ["**/*.txt"], "text_format": "rst"},
+        },
+    ]
 
 
 class Command(BaseCommand):
@@ -89,6 +122,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--answers", action="store_true", help="evaluate whole answers (declines, facts, citations, latency)"
         )
+        parser.add_argument(
+            "--haystack",
+            action="store_true",
+            help="add Django's source and docs as unrelated material (its own tenant, eval-<set>-haystack)",
+        )
 
     def handle(
         self,
@@ -100,6 +138,7 @@ class Command(BaseCommand):
         skip_index=False,
         answers=False,
         no_rerank=False,
+        haystack=False,
         **options,
     ):
         qpath = Path(questions) if questions else SHARED / "eval" / set_name / "questions.jsonl"
@@ -107,9 +146,9 @@ class Command(BaseCommand):
             qs = load_questions(qpath)
         except EvalInputError as exc:
             raise CommandError(str(exc)) from exc
-        tenant_slug = f"eval-{set_name}"
+        tenant_slug = f"eval-{set_name}-haystack" if haystack else f"eval-{set_name}"
         if not skip_index:
-            self._index(tenant_slug, set_name)
+            self._index(tenant_slug, set_name, haystack=haystack)
         scope = scope_for_operator(tenant_slug=tenant_slug, project_slug=set_name)
         ranker_list = [r.strip() for r in rankers.split(",") if r.strip()] if rankers else None
         known = set(ALL_RANKERS) | set(OPTIONAL_RANKERS)
@@ -118,6 +157,7 @@ class Command(BaseCommand):
         if answers:
             report = evaluate_answers(qs, scope)
             report["set"] = set_name
+            report["haystack"] = haystack
             if json:
                 import json as jsonlib
 
@@ -127,6 +167,7 @@ class Command(BaseCommand):
             return
         report = evaluate(qs, scope, rankers=ranker_list, rerank=not no_rerank)
         report["set"] = set_name
+        report["haystack"] = haystack
         report["questions_file"] = str(qpath)
         if json:
             import json as jsonlib
@@ -135,13 +176,13 @@ class Command(BaseCommand):
             return
         self._print(report)
 
-    def _index(self, tenant_slug: str, set_name: str) -> None:
+    def _index(self, tenant_slug: str, set_name: str, *, haystack: bool = False) -> None:
         tenant, _ = Tenant.objects.get_or_create(slug=tenant_slug, defaults={"name": f"Evaluation: {set_name}"})
         with tenant_context(tenant.pk):
             project = Project.objects.filter(slug=set_name).first()
         if project is None:
             project = project_create(tenant_id=tenant.pk, name=set_name, slug=set_name)
-        for spec in _corpus(set_name):
+        for spec in _corpus(set_name) + (_haystack() if haystack else []):
             with tenant_context(tenant.pk):
                 source = DataSource.objects.filter(slug=spec["slug"]).first()
             if source is None:
@@ -152,6 +193,7 @@ class Command(BaseCommand):
                     slug=spec["slug"],
                     config=spec["config"],
                     include=spec.get("include"),
+                    exclude=spec.get("exclude"),
                     project_ids=[project.pk],
                 )
             elif source.config != spec["config"]:

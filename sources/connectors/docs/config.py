@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator
 
 from sources.connectors.base import ConnectorConfig
@@ -18,7 +20,10 @@ class DocsConfig(ConnectorConfig):
     more folders). ``max_section_chars``: a longer section is split at block boundaries into
     ``-part2``, ``-part3``... rows (characters, not tokens). ``min_section_chars``: a heading
     whose body has fewer characters is merged into the section that follows it when that one is
-    nested under it (its heading path already names the parent).
+    nested under it (its heading path already names the parent). ``text_format``: how a file
+    whose suffix names no format (``.txt``) is parsed: ``"text"`` (one section), or ``"rst"`` /
+    ``"markdown"`` for projects that keep their pages in ``.txt`` files (Sphinx sites such as
+    Django's documentation write reStructuredText there).
     """
 
     path: str
@@ -26,6 +31,7 @@ class DocsConfig(ConnectorConfig):
     glob: list[str] = Field(default_factory=lambda: list(DEFAULT_GLOBS))
     max_section_chars: int = Field(default=4000, ge=200)
     min_section_chars: int = Field(default=40, ge=0)
+    text_format: Literal["text", "rst", "markdown"] = "text"
 
     @field_validator("url_base")
     @classmethod

@@ -44,7 +44,7 @@ PAGE_TEXT_CHARS = 1000  # embedded text of a page row: title + the start of the 
 SECTION_TEXT_CHARS = 1500  # embedded text of a section row: heading path + body
 MAX_EXTERNAL_ID = 480  # the column holds 512; longer ids are cut and suffixed with a hash
 
-# File suffix -> parser; any other suffix a glob admits is read as plain text.
+# File suffix -> parser; any other suffix a glob admits is read as ``DocsConfig.text_format``.
 _FORMATS = {
     ".md": "markdown", ".markdown": "markdown", ".mdx": "markdown", ".html": "html", ".htm": "html", ".rst": "rst",
 }  # fmt: skip
@@ -319,7 +319,7 @@ class DocsConnector(Connector):
             report.skip(relpath, f"not UTF-8 text: invalid byte 0x{data[exc.start]:02x} at offset {exc.start}")
             return []
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-        fmt = _FORMATS.get(PurePosixPath(relpath).suffix.lower(), "text")
+        fmt = _FORMATS.get(PurePosixPath(relpath).suffix.lower(), self.config.text_format)
         page = parse_page(fmt, text)
         return self._rows(page, relpath, mtime, line_count=len(text.rstrip("\n").split("\n")))
 
