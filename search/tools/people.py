@@ -12,10 +12,11 @@ How a score is made (all within what the asker may read):
    - full weight (1.0): who wrote it: a commit's author (``author_name``/``author_email`` from
      the git connector, ``author`` from a JSONL commit log), the first author of a Slack thread
      or conversation (``authors[0]``), a record's ``author``, ``reporter``, ``assignee``,
-     ``creator``, ``owner``, ``redwood_owner`` (EnterpriseRAG-Bench meetings);
+     ``creator``, ``owner``, ``owners`` (a source's own person fields, e.g. the JSONL connector's
+     ``person_fields``);
    - half weight (0.5): who took part: a thread's other ``authors`` and ``participants``
-     (repliers and reactors), ``reviewers``, ``collaborators``, ``participants_internal``,
-     ``redwood_attendees``, ``commenters``, and commenters named in a ticket's content by
+     (repliers and reactors), ``reviewers``, ``collaborators``, ``commenters``, and commenters
+     named in a ticket's content by
      ticket-export comment lines (``Name (2025-02-10): text``).
 3. A code or docs hit (``code_chunk``, ``code_file``, ``doc_section``, ``doc_page``) also credits
    the authors of the commit rows in scope whose ``files`` list its path, at full weight,
@@ -62,14 +63,12 @@ _PRIMARY_FIELDS = {
     "assignee": "assignee",
     "creator": "creator",
     "owner": "owner",
-    "redwood_owner": "owner",
+    "owners": "owner",
 }
 _SECONDARY_FIELDS = {
     "participants": "participant",
     "reviewers": "reviewer",
     "collaborators": "collaborator",
-    "participants_internal": "participant",
-    "redwood_attendees": "attendee",
     "commenters": "commenter",
 }
 # A comment line of a ticket export: "Priya Natarajan (2025-02-11): Approved."
@@ -290,7 +289,7 @@ def who_knows(*, query: str, scope: QueryScope, limit: int = 10) -> list[Expert]
     made them a file's author (these add no score of their own), at most
     ``MAX_DOCUMENTS_PER_EXPERT``. Only rows ``scope`` may read are ever looked at: the hybrid
     search and the commit lookup both apply the tenant, the allowed sources and the rows'
-    principals. Raises ``search.retrieval.EmptyQuery`` for a blank question.
+    principals. Raises ``search.retrieval.InvalidQuery`` for a blank or too long question.
     """
     hits = hybrid_search(query, scope, limit=HITS_CONSIDERED).hits
     identities = _Identities()

@@ -257,3 +257,30 @@ def test_url_template_missing_field_gives_no_link(tmp_path):
     )
     assert [(r.external_id, r.url, r.content) for r in rows] == [("abc", "", "Fix")]
     assert report.skipped == [{"item": "c.jsonl:2", "reason": "missing id field 'sha'"}]
+
+
+def test_person_fields_become_owners_and_participants_that_who_knows_credits(tmp_path):
+    """Who-knows reads a source's own person fields from its config, not from one data set's names."""
+    from search.retrieval import Hit
+    from search.tools.people import row_people
+
+    path = tmp_path / "meetings.json"
+    path.write_text(json.dumps([
+        {"id": "m1", "title": "Planning", "content": "Q3 plan", "host": "Maya Roberts",
+         "guests": "['Maya Roberts', 'Liam Chen']", "scribe": ["Ana Lima", ""]},
+        {"id": "m2", "title": "Retro", "content": "What went well", "host": ""},
+    ]))  # fmt: skip
+    connector = JsonDocumentsConnector({
+        "path": str(path), "person_fields": {"host": "owner", "guests": "participant", "scribe": "participant"},
+    })  # fmt: skip
+    rows = {r.external_id: r for r in connector.iter_rows(IngestReport())}
+    assert rows["m1"].metadata["owners"] == ["Maya Roberts"]
+    assert rows["m1"].metadata["participants"] == ["Maya Roberts", "Liam Chen", "Ana Lima"]
+    assert "owners" not in rows["m2"].metadata and "participants" not in rows["m2"].metadata
+    hit = Hit(document_id=1, source_id=1, kind="record", title="Planning", url="", path="", start_line=None,
+              end_line=None, content="", text="", metadata=rows["m1"].metadata, updated_at=None, parent_id=None,
+              external_id="m1")  # fmt: skip
+    credits = {(m.name, role, weight) for m, role, weight in row_people(hit)}
+    assert ("Maya Roberts", "owner", 1.0) in credits and ("Liam Chen", "participant", 0.5) in credits
+    with pytest.raises(Exception, match="person_fields"):
+        JsonDocumentsConnector({"path": str(path), "person_fields": {"host": "boss"}})

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator
 
 from sources.connectors.base import ConnectorConfig
 
-# The first five are the generic names; the rest are the ones EnterpriseRAG-Bench documents use
-# (Slack thread, Confluence page, Drive file, Gmail thread, Fireflies meeting), so that data set
-# gets a last-activity time without extra configuration.
+# The first five are the generic names; the rest are the names exports of chat, wiki, drive,
+# mail and meeting tools commonly use, so such records get a last-activity time without extra
+# configuration.
 DEFAULT_TIMESTAMP_FIELDS = [
     "updated_at", "last_message_time", "authored_at", "created_at", "date", "timestamp",
     "last_message_ts", "last_updated", "last_modified", "last_email_at", "recorded_at",
@@ -36,13 +38,19 @@ class JsonDocumentsConfig(ConnectorConfig):
     ``path``: a ``.jsonl`` file (one object per line), a ``.json`` file (one object or a list
     of objects), or a folder searched recursively for ``*.json`` / ``*.jsonl`` / ``*.ndjson``.
     ``id_field``: the record's stable id (external id). ``title_field`` / ``content_fields``:
-    where the title and the body are; a record's own ``title_field_name`` /
-    ``content_field_names`` (EnterpriseRAG-Bench) win. ``url_field`` or ``url_template``
+    where the title and the body are; a record that names its own (``title_field_name``,
+    ``content_field_names``, as some exports write them) wins. ``url_field`` or ``url_template``
     (``str.format`` over the record, e.g. ``https://github.com/o/r/commit/{sha}``) give the
     link. ``timestamp_fields``: first parseable one is the row's last activity (ISO 8601,
     RFC 2822, or unix epoch seconds/milliseconds); ``created_fields`` likewise for creation.
     ``metadata_fields``: fields kept as metadata (``None``: every other top-level scalar or
     list under ``max_metadata_chars`` serialised); ``exclude_fields`` are never kept.
+    ``person_fields``: fields naming people, each as ``"owner"`` (who wrote or owns the record:
+    full credit in who-knows) or ``"participant"`` (who took part: half); a field may hold one
+    name, a list, or a list written as text (``"['Ana', 'Lee']"``). Their names are gathered in
+    the row's ``owners`` and ``participants`` metadata, which who-knows reads (it also reads the
+    generic ``author``, ``reporter``, ``assignee``, ``creator``, ``owner``, ``reviewers``,
+    ``collaborators`` and ``commenters`` of any row).
     """
 
     path: str
@@ -57,6 +65,7 @@ class JsonDocumentsConfig(ConnectorConfig):
     metadata_fields: list[str] | None = None
     exclude_fields: list[str] = Field(default_factory=list)
     max_metadata_chars: int = Field(default=2000, ge=0)
+    person_fields: dict[str, Literal["owner", "participant"]] = Field(default_factory=dict)
 
     @field_validator("kind")
     @classmethod

@@ -1,7 +1,7 @@
 """JSON documents connector: each JSON object becomes one row of the configured kind.
 
 The shape a custom source exports: ``{"id": ..., "title": ..., "content": ..., ...}`` per line
-of a ``.jsonl`` file, or per ``.json`` file in a folder (EnterpriseRAG-Bench's ``docs/``), or a
+of a ``.jsonl`` file, or per ``.json`` file in a folder (an export of one file per document), or a
 git log dumped as JSONL (``kind="commit"``).
 
 - external id = ``str(record[id_field])``; a record without it is skipped and recorded;
@@ -15,17 +15,19 @@ git log dumped as JSONL (``kind="commit"``).
 - metadata = every other small top-level scalar or list (or ``metadata_fields``), plus
   ``source_type`` (the first folder of the file's path, e.g. ``slack``) for folder sources;
   ``pr_number`` is kept as an int; commit rows always keep ``files`` (up to 1000) and ``author``;
+  the names in ``person_fields`` are gathered in ``owners`` and ``participants``;
 - a line that is not valid JSON, or not an object, is skipped as ``{file}:{line}``; in a folder a
   ``.json`` file that cannot be parsed is skipped; a single ``.json`` path that cannot be parsed,
   or a missing path, raises :class:`ConnectorError`.
 
 Strings are cleaned for PostgreSQL (NUL characters and unpaired surrogates cannot be stored).
 A string holding literal ``\\n`` escapes and no real newline (a double-escaped export, as in a
-few EnterpriseRAG-Bench pages) gets real newlines back.
+few pages of some exports) gets real newlines back.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -117,6 +119,23 @@ def parse_timestamp(value: Any) -> datetime | None:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed if 1970 <= parsed.year <= 2200 else None
+
+
+def _as_list(value: Any) -> list[Any]:
+    """A field's names as a list: a list as it is, a list written as text (``"['Ana', 'Lee']"``,
+    as some exports serialise them) parsed, a single value alone, nothing for empty values."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, str | int | float) and str(v).strip()]
+    if isinstance(value, str) and value.strip().startswith("[") and value.strip().endswith("]"):
+        try:
+            parsed = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            parsed = None
+        if isinstance(parsed, list):
+            return [v for v in parsed if isinstance(v, str) and v.strip()]
+    return [value] if isinstance(value, str | int | float) else []
 
 
 def _label(field: str) -> str:
@@ -268,6 +287,9 @@ class JsonDocumentsConnector(Connector):
         metadata = self._metadata(record, set(content_names))
         if source_type and "source_type" not in metadata:
             metadata["source_type"] = source_type
+        for role, names in self._people(record).items():
+            if names:
+                metadata[role] = _clean(list(dict.fromkeys([*_as_list(metadata.get(role)), *names])))
         if cfg.kind == "commit":
             if files is not None:
                 metadata["files"] = _clean([str(f) for f in files[:MAX_FILES_KEPT]])
@@ -316,6 +338,16 @@ class JsonDocumentsConnector(Connector):
                     continue
             metadata[clean_text(name)] = _clean(value)
         return metadata
+
+    def _people(self, record: dict[str, Any]) -> dict[str, list[str]]:
+        """``{"owners": [...], "participants": [...]}`` from ``person_fields``, each name once."""
+        people: dict[str, list[str]] = {"owners": [], "participants": []}
+        for field_name, role in self.config.person_fields.items():
+            for name in _as_list(record.get(field_name)):
+                name = clean_text(" ".join(str(name).split()))
+                if name and name not in people[f"{role}s"]:
+                    people[f"{role}s"].append(name)
+        return people
 
     def _url(self, record: dict[str, Any]) -> str:
         cfg = self.config
