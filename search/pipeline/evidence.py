@@ -11,31 +11,10 @@ from datetime import datetime
 from typing import Any
 
 from search.retrieval import Hit, portal_link
+from search.text import content_terms
 
 SNIPPET_CHARS = 1200
 RELEVANT_SIMILARITY = 0.35
-
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]+")
-_STOP = set(
-    """a an and are as at be by can do does for from has have how i if in is it its my of on or our so that the
-    their then there these this to was we what when where which who why will with you your me should would could
-    get use using about into out up any all one not no than way make sure find know need want""".split()
-)
-
-
-_WITH_DIGIT = re.compile(r"[A-Za-z0-9][\w/.:-]*")
-
-
-def content_terms(text: str) -> set[str]:
-    """The content words of ``text``: lower-cased, stop words and words under 3 letters left
-    out, each cut to its first 6 letters (a crude stem: "deployments" and "deployed" meet); and
-    whole, lower-cased, every token holding a digit ("6/1", "18:00", "eu-west-3", "v2.2.3"),
-    trailing punctuation dropped, of 2 characters or more: dates, times, versions and ids are
-    what many answers state."""
-    words = {w.lower()[:6] for w in _WORD.findall(text) if w.lower() not in _STOP and len(w) > 2}
-    numbers = {t.rstrip("/.:-").lower() for t in _WITH_DIGIT.findall(text) if any(c.isdigit() for c in t)}
-    return words | {t for t in numbers if len(t) > 1}
-
 
 PASSAGE_GAP = " … "
 PASSAGE_UNIT_CHARS = 300  # longer lines are split at sentence ends, then at this many characters
@@ -73,8 +52,8 @@ def _term_matchers(terms: set[str]) -> list[tuple[re.Pattern[str], bool]]:
     tokens = sorted((t for t in terms if any(c.isdigit() for c in t)), key=len, reverse=True)
     matchers = []
     if words:
-        alternatives = "|".join(re.escape(w) + ("[A-Za-z0-9_]*" if len(w) >= 6 else "(?![A-Za-z0-9_])") for w in words)
-        matchers.append((re.compile(rf"(?<![A-Za-z0-9_])(?:{alternatives})", re.I), True))
+        alternatives = "|".join(re.escape(w) + (r"\w*" if len(w) >= 6 else r"(?!\w)") for w in words)
+        matchers.append((re.compile(rf"(?<!\w)(?:{alternatives})", re.I), True))
     if tokens:
         alternatives = "|".join(re.escape(t) for t in tokens)
         matchers.append((re.compile(rf"(?<![\w/.:-])(?:{alternatives})(?=[/.:-]*(?![\w/.:-]))", re.I), False))
@@ -184,7 +163,16 @@ class Evidence:
     external_id: str = ""
     context: str = ""  # neighbouring context, shown apart from the block's own text
     lexical_rank: int | None = None  # rank in the full-text list, None when it did not match
+    dense_rank: int | None = None  # rank in the embedding list, None when it was not among its candidates
     similarity: float | None = None  # cosine similarity to the question, when dense-ranked
+    # Other sections or chunks of the same file merged into this block (one number per document):
+    # [{document_id, title, location, link, start_line, end_line}]; their text follows this block's own.
+    sections: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def document_ids(self) -> list[int]:
+        """This block's row and the rows of the sections merged into it."""
+        return [self.document_id, *(s["document_id"] for s in self.sections)]
 
     @property
     def is_relevant(self) -> bool:
@@ -237,9 +225,18 @@ def evidence_from_hit(hit: Hit, *, tool: str, query: str = "") -> Evidence:
         source_public_id=hit.source_public_id,
         context=hit.context,
         external_id=hit.external_id,
-        lexical_rank=hit.ranks.get("lexical", hit.ranks.get("lexical:file")),
+        lexical_rank=_best_rank(hit.ranks, "lexical"),
+        dense_rank=_best_rank(hit.ranks, "dense"),
         similarity=hit.similarity,
     )
+
+
+def _best_rank(ranks: dict[str, int], ranker: str) -> int | None:
+    """The hit's best rank in ``ranker``'s unrestricted lists (passages, documents, and a merged
+    file row's), ``None`` when it is in none of them."""
+    names = (ranker, f"{ranker}:document", f"{ranker}:file", f"{ranker}:document:file")
+    found = [ranks[name] for name in names if name in ranks]
+    return min(found) if found else None
 
 
 _KEPT_METADATA = {"symbol", "language", "heading_path", "channel", "participants", "sha", "author", "pr_number"}
@@ -256,21 +253,67 @@ def evidence_text(evidence: Iterable[Evidence]) -> str:
     return "\n".join(parts)
 
 
+FILE_KINDS = frozenset({"code_chunk", "code_file", "doc_section", "doc_page"})
+MERGED_TEXT_CHARS = 2 * SNIPPET_CHARS  # a block holding several sections of one file shows at most this much
+
+
+def document_key(ev: Evidence) -> str:
+    """What one citation number stands for: a file or page (its sections and chunks together),
+    else the row itself."""
+    if ev.path and ev.kind in FILE_KINDS:
+        return f"file:{ev.source_public_id}:{ev.path}"
+    return f"doc:{ev.document_id}"
+
+
+def _merge_section(block: Evidence, other: Evidence) -> None:
+    """Add ``other`` (a section or chunk of ``block``'s file) to ``block``: its text after a
+    line naming it, and its place in ``block.sections``."""
+    if other.document_id in block.document_ids:
+        return
+    block.sections.append(
+        {
+            "document_id": other.document_id,
+            "title": other.title,
+            "location": other.location,
+            "link": other.link,
+            "start_line": other.start_line,
+            "end_line": other.end_line,
+        }
+    )
+    room = MERGED_TEXT_CHARS - len(block.text)
+    if room > 200:
+        heading = other.title.split(" > ")[-1] if " > " in other.title else other.location
+        block.text = f"{block.text}\n\n§ {heading}\n{other.text}"[:MERGED_TEXT_CHARS]
+    if other.context and other.context not in block.context:
+        block.context = f"{block.context}\n{other.context}".strip()
+    for attr in ("lexical_rank", "dense_rank"):
+        ranks = [r for r in (getattr(block, attr), getattr(other, attr)) if r is not None]
+        setattr(block, attr, min(ranks) if ranks else None)
+    block.similarity = max((s for s in (block.similarity, other.similarity) if s is not None), default=None)
+
+
 def number_evidence(groups: list[list[Evidence]], *, limit: int = 10) -> list[Evidence]:
-    """Merge the tools' evidence lists: dedupe by document, interleave by rank, number 1..n.
+    """Merge the tools' evidence lists into blocks numbered 1..n, one number per document.
 
     Interleaving (round-robin over the tools, each list best first) keeps every tool's best
-    row in view; a document two tools found keeps its first position.
+    row in view; a row two tools found keeps its first position; a section or chunk of a file
+    already numbered joins that file's block (:func:`document_key`, ``Evidence.sections``), so
+    one file is never cited under two numbers. At most ``limit`` blocks.
     """
-    seen: set[int] = set()
+    by_key: dict[str, Evidence] = {}
     merged: list[Evidence] = []
     depth = max((len(g) for g in groups), default=0)
     for i in range(depth):
         for group in groups:
-            if i < len(group) and group[i].document_id not in seen:
-                seen.add(group[i].document_id)
-                merged.append(group[i])
-    merged = merged[:limit]
+            if i >= len(group):
+                continue
+            ev = group[i]
+            key = document_key(ev)
+            if key in by_key:
+                _merge_section(by_key[key], ev)
+            elif len(merged) < limit:
+                by_key[key] = ev
+                merged.append(ev)
     for n, ev in enumerate(merged, start=1):
         ev.n = n
     return merged

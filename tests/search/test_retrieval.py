@@ -17,11 +17,11 @@ def test_rrf_matches_the_formula():
     assert max(scores, key=scores.get) == 20
 
 
-def _hit(doc_id, kind, path, score):
+def _hit(doc_id, kind, path, score, ranks=None):
     return Hit(
         document_id=doc_id, source_id=1, kind=kind, title=str(doc_id), url="", path=path, start_line=None,
         end_line=None, content="", text="", metadata={}, updated_at=None, parent_id=None, external_id=str(doc_id),
-        score=score, ranks={"lexical": doc_id},
+        score=score, ranks=ranks if ranks is not None else {"lexical": doc_id},
     )  # fmt: skip
 
 
@@ -39,8 +39,8 @@ def _ingest_rows(tenant, rows, name="Notes"):
 
 def test_merge_folds_file_rows_into_chunks_and_caps_per_file():
     hits = [
-        _hit(1, "code_chunk", "a.py", 0.05),
-        _hit(2, "code_file", "a.py", 0.04),
+        _hit(1, "code_chunk", "a.py", 1 / 61 + 1 / 63, {"lexical": 1, "dense": 3}),
+        _hit(2, "code_file", "a.py", 1 / 62, {"dense:document": 2}),
         _hit(3, "code_chunk", "a.py", 0.03),
         _hit(4, "code_chunk", "a.py", 0.02),
         _hit(5, "code_chunk", "a.py", 0.015),
@@ -48,19 +48,21 @@ def test_merge_folds_file_rows_into_chunks_and_caps_per_file():
     ]
     merged = merge_and_cap(hits, per_group=3)
     assert [h.document_id for h in merged] == [1, 3, 4, 6]
-    assert merged[0].score == pytest.approx(0.09)
+    # the file row's vote (another list) joins its best chunk
+    assert merged[0].score == pytest.approx(1 / 61 + 1 / 63 + 1 / 62)
+    assert merged[0].ranks["dense:document:file"] == 2
 
 
 def test_merge_folds_bursts_into_their_thread():
-    thread = _hit(10, "thread", "", 0.04)
-    burst = _hit(11, "burst", "", 0.05)
+    thread = _hit(10, "thread", "", 1 / 70, {"dense:document": 10})
+    burst = _hit(11, "burst", "", 1 / 61, {"lexical": 1})
     burst.parent_id = 10
-    other = _hit(12, "thread", "", 0.03)
-    lone = _hit(13, "burst", "", 0.02)
+    other = _hit(12, "thread", "", 0.012, {"lexical": 23})
+    lone = _hit(13, "burst", "", 0.01, {"lexical": 40})
     lone.parent_id = 99  # its thread did not rank: the burst stands for it
     merged = merge_and_cap([burst, thread, other, lone])
     assert [h.document_id for h in merged] == [10, 12, 13]
-    assert merged[0].score == pytest.approx(0.05) and merged[0].ranks["lexical:burst"] == 11
+    assert merged[0].score == pytest.approx(1 / 70 + 1 / 61) and merged[0].ranks["lexical:burst"] == 1
 
 
 @pytest.mark.django_db
