@@ -20,8 +20,6 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
-from django.utils.html import escape
-from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
 from django_ratelimit.core import get_usage
 
@@ -35,8 +33,10 @@ from kbportal.audit import (
 )
 from projects.selectors import ScopeNotFound, project_list_for_user, user_is_tenant_admin, user_tenant_id
 from search.analytics import ANALYTICS_DAYS_MAX, Analytics, analytics_get
-from search.retrieval import EmptyQuery, clean_query, hybrid_search, safe_link
-from search.services import AnswerNotFound, AskEvent, answer_feedback_submit, ask, ask_stream, search_record
+from search.rendering import answer_html
+from search.retrieval import InvalidQuery, clean_query, hybrid_search, safe_link
+from search.services import AnswerNotFound, answer_feedback_submit, ask, ask_stream, search_record
+from search.sse import server_sent_events
 from sources.selectors import DocumentNotFound, document_get_for_user, scope_for_user, user_principals
 
 logger = logging.getLogger(__name__)
@@ -66,13 +66,6 @@ def _scope_or_404(request: HttpRequest):
         return scope_for_user(request.user, project), None
     except ScopeNotFound as exc:
         return None, HttpResponse(str(exc), status=404, content_type="text/plain")
-
-
-def _link_citations(text: str) -> str:
-    """Escape the answer, then turn ``[n]`` (already validated) into links to the source list."""
-    html = escape(text)
-    html = re.sub(r"\[(\d+)\]", lambda m: f'<a class="cite" href="#source-{m.group(1)}">[{m.group(1)}]</a>', html)
-    return mark_safe(html.replace("\n", "<br>"))
 
 
 def _same_origin_request(request: HttpRequest) -> bool:
@@ -141,21 +134,10 @@ def ask_page(request: HttpRequest) -> HttpResponse:
         try:
             result = ask(question, scope)
             context["result"] = result
-            context["answer_html"] = _link_citations(result.answer.text)
-        except EmptyQuery as exc:
+            context["answer_html"] = answer_html(result.answer.text)
+        except InvalidQuery as exc:
             context["error"] = str(exc)
     return render(request, "search/ask.html", context)
-
-
-def _server_sent_events(events: Iterator[AskEvent]) -> Iterator[str]:
-    """Each event as ``event: <type>`` + ``data: <one-line JSON>``; a failure mid-way as a
-    final ``failed`` event (not ``error``, which browsers' EventSource also uses for network errors)."""
-    try:
-        for event in events:
-            yield f"event: {event.type}\ndata: {json.dumps(event.data, default=str)}\n\n"
-    except Exception:
-        logger.exception("the answer stream failed")
-        yield 'event: failed\ndata: {"message": "the answer failed; please try again"}\n\n'
 
 
 @login_required
@@ -185,9 +167,9 @@ def ask_stream_view(request: HttpRequest) -> HttpResponse:
             return response
     try:
         events = ask_stream(request.GET.get("q", ""), scope)
-    except EmptyQuery as exc:
+    except InvalidQuery as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain")
-    response = StreamingHttpResponse(_server_sent_events(events), content_type="text/event-stream")
+    response = StreamingHttpResponse(server_sent_events(events), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass each event through at once
     return response
@@ -245,7 +227,7 @@ def people_page(request: HttpRequest) -> HttpResponse:
                 document_ids=list(dict.fromkeys(d.document_id for e in experts for d in e.documents)),
                 people=[e.name for e in experts],
             )
-        except EmptyQuery as exc:
+        except InvalidQuery as exc:
             context["error"] = str(exc)
     return render(request, "search/people.html", context)
 
@@ -261,7 +243,7 @@ def search_page(request: HttpRequest) -> HttpResponse:
         try:
             context["hits"] = hybrid_search(query, scope, limit=20).hits
             search_record(scope=scope, query=clean_query(query), document_ids=[h.document_id for h in context["hits"]])
-        except EmptyQuery as exc:
+        except InvalidQuery as exc:
             context["error"] = str(exc)
     return render(request, "search/search.html", context)
 

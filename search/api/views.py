@@ -39,10 +39,10 @@ from search.api.selectors import (
 from search.api.services import SyncForbidden, source_sync_request
 from search.api.throttling import ApiThrottle, AskThrottle
 from search.pipeline.evidence import evidence_from_hit, number_evidence
-from search.retrieval import EmptyQuery, hybrid_search
+from search.retrieval import InvalidQuery, hybrid_search
 from search.services import AnswerNotFound, answer_feedback_submit, ask, ask_stream, search_record
+from search.sse import server_sent_events
 from search.tools.people import who_knows
-from search.views import _server_sent_events
 from sources.selectors import QueryScope, SourceNotFound
 
 _ERROR_TEXT = {
@@ -139,9 +139,9 @@ class AskView(ApiView):
                 events = ask_stream(body["question"], scope)
             else:
                 return Response(ask(body["question"], scope).as_dict())
-        except EmptyQuery as exc:
+        except InvalidQuery as exc:
             raise field_error("question", str(exc)) from exc
-        response = StreamingHttpResponse(_server_sent_events(events), content_type="text/event-stream")
+        response = StreamingHttpResponse(server_sent_events(events), content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # nginx: pass each event through at once
         return response
@@ -163,7 +163,7 @@ class SearchView(ApiView):
         kinds = sorted(params.get("kind") or ()) or None
         try:
             hits = hybrid_search(params["q"], scope, limit=params["limit"], kinds=kinds).hits
-        except EmptyQuery as exc:
+        except InvalidQuery as exc:
             raise field_error("q", str(exc)) from exc
         evidence = number_evidence(
             [[evidence_from_hit(h, tool="search", query=params["q"]) for h in hits]], limit=params["limit"]
@@ -189,7 +189,7 @@ class WhoKnowsView(ApiView):
         scope = _scope(api_caller(request), params.get("project"))
         try:
             experts = who_knows(query=params["q"], scope=scope, limit=params["limit"])
-        except EmptyQuery as exc:
+        except InvalidQuery as exc:
             raise field_error("q", str(exc)) from exc
         search_record(
             scope=scope,

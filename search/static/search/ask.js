@@ -1,7 +1,9 @@
 // The ask page's streaming answer: server-sent events from /ask/stream (plan, tools, evidence,
 // token..., done; see search.services.AskEvent). Evidence and answers are untrusted text, so
-// everything is rendered with textContent / text nodes, never innerHTML. Without JavaScript the
-// form does a plain GET and the server renders the whole answer.
+// everything is rendered with textContent / text nodes; the one exception is the finished
+// answer's done.html, which the server rendered from Markdown and sanitised with nh3
+// (search.rendering.answer_html). Without JavaScript the form does a plain GET and the server
+// renders the whole answer.
 (function () {
   "use strict";
   const form = document.getElementById("ask-form");
@@ -28,21 +30,28 @@
     return text.length > n ? text.slice(0, n - 1) + "…" : text;
   }
 
-  // The answer as text nodes, each validated [n] as a link to its source entry.
-  function renderAnswer(target, text) {
-    target.replaceChildren();
-    const citation = /\[(\d+)\]/g;
-    let last = 0;
-    let m;
-    while ((m = citation.exec(text)) !== null) {
-      target.append(document.createTextNode(text.slice(last, m.index)));
-      const a = node("a", m[0], "cite");
-      a.href = "#source-" + m[1];
-      target.append(a);
-      last = citation.lastIndex;
+  // The finished answer: the server's sanitised HTML (its [n] are links to #source-n).
+  function renderAnswer(done) {
+    const live = $("live-answer");
+    const rendered = $("live-answer-html");
+    if (typeof done.html === "string") {
+      rendered.innerHTML = done.html; // sanitised server-side (search.rendering.answer_html)
+      rendered.hidden = false;
+      live.hidden = true;
+    } else {
+      live.replaceChildren(document.createTextNode(done.text || ""));
     }
-    target.append(document.createTextNode(text.slice(last)));
   }
+
+  // A click on [n] highlights source n (the :target style does the same without JavaScript).
+  document.addEventListener("click", (event) => {
+    const link = event.target.closest ? event.target.closest("a.cite") : null;
+    if (!link) return;
+    const n = link.dataset.n || (link.getAttribute("href") || "").replace("#source-", "");
+    for (const li of document.querySelectorAll("ol.sources > li.highlight")) li.classList.remove("highlight");
+    const item = document.getElementById("source-" + n);
+    if (item) item.classList.add("highlight");
+  });
 
   function renderTools(data) {
     const box = $("live-tools");
@@ -75,6 +84,24 @@
     }
     const when = ev.updated_at ? " · " + String(ev.updated_at).slice(0, 10) : "";
     li.append(" ", node("span", ev.kind, "tag"), " ", node("span", (ev.location || "") + when, "muted"));
+    if (ev.sections && ev.sections.length) {
+      const sections = node("ul", null, "sections");
+      for (const section of ev.sections) {
+        const item = node("li");
+        const sectionHref = safeHref(section.link);
+        if (sectionHref) {
+          const a = node("a", section.title);
+          a.href = sectionHref;
+          a.rel = "noopener noreferrer";
+          item.append(a);
+        } else {
+          item.append(node("span", section.title));
+        }
+        item.append(" ", node("span", section.location || "", "muted"));
+        sections.append(item);
+      }
+      li.append(sections);
+    }
     li.append(node("pre", truncate(ev.text, 600)));
     return li;
   }
@@ -83,7 +110,7 @@
     const list = $("live-sources");
     list.replaceChildren();
     const shown = done.sources && done.sources.length ? done.sources : evidence.slice(0, 5);
-    $("live-sources-title").textContent = done.sources && done.sources.length ? "Sources" : "Closest evidence";
+    $("live-sources-title").textContent = done.sources && done.sources.length ? "Sources" : "Closest, not answering";
     for (const ev of shown) list.append(renderSource(ev));
     $("live-sources-card").hidden = shown.length === 0;
   }
@@ -115,9 +142,11 @@
     if (source) source.close();
     live.hidden = false;
     $("static-result").hidden = true;
-    for (const id of ["live-tools", "live-errors", "live-answer", "live-meta", "live-feedback", "live-sources"]) {
+    for (const id of ["live-tools", "live-errors", "live-answer", "live-answer-html", "live-meta", "live-feedback", "live-sources"]) {
       $(id).replaceChildren();
     }
+    $("live-answer").hidden = false;
+    $("live-answer-html").hidden = true;
     $("live-sources-card").hidden = true;
     const status = $("live-status");
     status.className = "muted";
@@ -141,7 +170,7 @@
       finished = true;
       source.close();
       status.textContent = "";
-      renderAnswer(answer, done.text);
+      renderAnswer(done);
       const t = done.timings_ms || {};
       let meta = "synthesizer " + done.synthesizer + " · first text after " + Math.round(t.first_token || 0) +
         " ms · " + Math.round(t.total || 0) + " ms in all";
