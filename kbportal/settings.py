@@ -323,6 +323,9 @@ KB_LLM_TIMEOUT = float(os.environ.get("KB_LLM_TIMEOUT", "60"))
 # local model spends minutes on a 20-candidate prompt and holds its only slot meanwhile).
 KB_LLM_RERANK = os.environ.get("KB_LLM_RERANK", "1").strip().lower() not in ("0", "false", "no", "off")
 KB_RERANK_TIMEOUT = float(os.environ.get("KB_RERANK_TIMEOUT", "12"))
+# The gate's LLM sufficiency judgement (search.pipeline.gate.llm_sufficiency) gives up after this
+# many seconds; the evidence model's decision then stands.
+KB_LLM_JUDGE_TIMEOUT = float(os.environ.get("KB_LLM_JUDGE_TIMEOUT", "20"))
 
 # Embeddings.
 KB_EMBEDDING_BACKEND = os.environ.get("KB_EMBEDDING_BACKEND", "sentence-transformers")

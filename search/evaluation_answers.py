@@ -3,17 +3,16 @@
 For each question, ``search.services.ask_stream`` runs planner -> tools -> gate -> synthesizer
 and the report measures, per question type and overall (``shared/eval/README.md``):
 
-- **declines**: the answer's own words say the sources do not (fully) answer
-  (``search.pipeline.gate.text_declines``; an uncited answer that does not say so is no
-  decline). An extractive answer's ``- … [n]`` lines quote the evidence, not the answer: a
-  quoted log line "tenant not found" is no decline (``stated_decline``). For ``unanswerable``
-  questions the share that decline is the score (target >= 0.9); for the others the share that
-  decline is the false-decline rate.
+- **declines**: the answer is not counted as answered (``Answer.answered`` false: the gate
+  found the evidence does not answer, or answers only in part, or a check after the answer
+  marked it declined; the text then says so). For ``unanswerable`` questions the share that
+  decline is the score (target >= 0.9); for the others the share that decline is the
+  false-decline rate.
 - **facts**: the share of the question's ``answer_facts`` the answer states, judged by the
   configured LLM (one call per fact, JSON ``{"stated": bool}``); ``None`` without an LLM.
 - **citations**: every ``[n]`` the synthesizer wrote, valid or removed by the validator;
-  validity = valid / all. ``cited_gold``: share of questions with gold documents whose cited
-  sources include one.
+  validity = valid / all. ``cited_gold``: share of answered questions with gold items whose
+  cited sources include one (``search.evaluation.gold_matches``, a merged section counting too).
 - **latency**: time to first answer token and total, p50/p95 in milliseconds.
 """
 
@@ -27,9 +26,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from search.evaluation import Question, _percentile
-from search.pipeline.gate import text_declines
-from search.pipeline.synthesizer import POINTER_LINE
+from search.evaluation import Question, gold_matches, percentile
 from sources.selectors import QueryScope
 
 logger = logging.getLogger(__name__)
@@ -43,7 +40,8 @@ class AnswerResult:
     text: str
     declined: bool
     synthesizer: str
-    cited_ids: list[str]
+    cited_gold_found: bool | None
+    verdict: dict | None
     citations_valid: int
     citations_removed: int
     first_token_ms: float | None
@@ -53,8 +51,7 @@ class AnswerResult:
 
     @property
     def cited_gold(self) -> bool | None:
-        gold = {g["id"] for g in self.question.gold if g.get("kind") == "doc_id"}
-        return bool(gold & set(self.cited_ids)) if gold else None
+        return self.cited_gold_found if self.question.gold and not self.declined else None
 
 
 # A rubric of what "stated" means: with the bare "strict grader" prompt, qwen-1.5b judged 5 of 8
@@ -90,12 +87,19 @@ def judge_fact(answer: str, fact: str) -> bool | None:
         return None
 
 
-def stated_decline(text: str, synthesizer: str) -> bool:
-    """Whether the answer says the sources do not (fully) answer: ``text_declines`` of its own
-    words, i.e. without an extractive answer's quoted evidence lines (``- <sentence> [n]``)."""
-    if synthesizer == "extractive":
-        text = "\n".join(line for line in text.splitlines() if not POINTER_LINE.match(line))
-    return text_declines(text)
+def _cites_gold(question: Question, sources) -> bool:
+    """Whether a cited block (or a section merged into it) matches one of the question's gold items."""
+    from types import SimpleNamespace
+
+    for ev in sources:
+        views = [ev] + [
+            SimpleNamespace(kind=ev.kind, path=ev.path, metadata=ev.metadata, external_id=ev.external_id,
+                            start_line=s.get("start_line"), end_line=s.get("end_line"))
+            for s in ev.sections
+        ]  # fmt: skip
+        if any(gold_matches(g, v) for g in question.gold for v in views):
+            return True
+    return False
 
 
 def answer_question(question: Question, scope: QueryScope) -> AnswerResult:
@@ -117,9 +121,10 @@ def answer_question(question: Question, scope: QueryScope) -> AnswerResult:
     return AnswerResult(
         question=question,
         text=answer.text,
-        declined=stated_decline(answer.text, answer.synthesizer),
+        declined=not answer.answered,
         synthesizer=answer.synthesizer,
-        cited_ids=[e.external_id for e in result.sources],
+        cited_gold_found=_cites_gold(question, result.sources) if question.gold else None,
+        verdict=result.as_dict()["verdict"],
         citations_valid=len(answer.cited),
         citations_removed=len(answer.removed_citations),
         first_token_ms=first,
@@ -176,10 +181,10 @@ def evaluate_answers(questions: list[Question], scope: QueryScope, *, judge: boo
             "validity": round(valid / (valid + removed), 3) if valid + removed else None,
         },
         "latency_ms": {
-            "first_token_p50": round(_percentile(firsts, 50), 1) if firsts else None,
-            "first_token_p95": round(_percentile(firsts, 95), 1) if firsts else None,
-            "total_p50": round(_percentile(totals, 50), 1) if totals else None,
-            "total_p95": round(_percentile(totals, 95), 1) if totals else None,
+            "first_token_p50": round(percentile(firsts, 50), 1) if firsts else None,
+            "first_token_p95": round(percentile(firsts, 95), 1) if firsts else None,
+            "total_p50": round(percentile(totals, 50), 1) if totals else None,
+            "total_p95": round(percentile(totals, 95), 1) if totals else None,
             "total_mean": round(statistics.fmean(totals), 1) if totals else None,
         },
         "synthesizers": sorted({r.synthesizer for r in results}),
@@ -189,7 +194,8 @@ def evaluate_answers(questions: list[Question], scope: QueryScope, *, judge: boo
                 "type": r.question.type,
                 "declined": r.declined,
                 "facts": f"{sum(r.facts_stated)}/{len(r.facts_stated)}" if r.facts_stated else None,
-                "cited": r.cited_ids,
+                "cited_gold": r.cited_gold,
+                "verdict": r.verdict,
                 "first_token_ms": None if r.first_token_ms is None else round(r.first_token_ms, 1),
                 "total_ms": round(r.total_ms, 1),
                 "error": r.error,

@@ -40,7 +40,7 @@ from projects.selectors import ApiTokenRejected, ScopeNotFound, api_token_authen
 from projects.services import api_token_touch
 from search.llm import without_llm
 from search.pipeline.evidence import Evidence
-from search.retrieval import EmptyQuery
+from search.retrieval import InvalidQuery
 from search.tools.base import run_tool
 from search.tools.people import who_knows
 from sources.selectors import QueryScope, scope_for_token
@@ -51,7 +51,9 @@ EVIDENCE_TOOLS = ("search", "search_slack", "search_code", "recent_prs")
 
 T = TypeVar("T")
 
-Query = Annotated[str, Field(min_length=1, max_length=1000, description="The question or keywords to look for.")]
+# No length cap here: the one limit (search.retrieval.MAX_QUERY_CHARS) and its error are clean_query's,
+# as on every other path.
+Query = Annotated[str, Field(min_length=1, description="The question or keywords to look for.")]
 Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT, description=f"How many results, 1 to {MAX_LIMIT}.")]
 ProjectSlug = Annotated[
     str | None,
@@ -130,7 +132,7 @@ def evidence_for_token(raw_token: str, *, tool: str, query: str, limit: int, pro
     try:
         with without_llm():  # the MCP tools never call an LLM (no reranking by one either)
             rows = run_tool(tool, query=query, scope=scope, limit=min(max(limit, 1), MAX_LIMIT))
-    except EmptyQuery as exc:
+    except InvalidQuery as exc:
         raise ToolError(str(exc)) from exc
     return EvidenceResults(project=scope.project_slug, results=[_item(n, ev) for n, ev in enumerate(rows, 1)])
 
@@ -140,7 +142,7 @@ def experts_for_token(raw_token: str, *, query: str, limit: int, project: str | 
     scope = _authorized_scope(raw_token, project)
     try:
         experts = who_knows(query=query, scope=scope, limit=min(max(limit, 1), MAX_LIMIT))
-    except EmptyQuery as exc:
+    except InvalidQuery as exc:
         raise ToolError(str(exc)) from exc
     return ExpertResults(
         project=scope.project_slug,

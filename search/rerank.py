@@ -25,6 +25,7 @@ import re
 from collections.abc import Sequence
 
 from search.llm import llm_client, llm_configured
+from search.text import neutralize_citations
 
 logger = logging.getLogger(__name__)
 
@@ -81,9 +82,7 @@ def _prompt_safe(text: str) -> str:
     """One line of document text for the prompt: whitespace collapsed (no line of it can pass for
     a candidate header), its own ``[n]`` as ``(n)`` and ``Question:`` defused, as in the
     synthesizer's evidence blocks."""
-    from search.pipeline.synthesizer import _quote
-
-    return _quote(" ".join((text or "").split())).replace("Question:", "Question -")
+    return neutralize_citations(" ".join((text or "").split())).replace("Question:", "Question -")
 
 
 def _candidate_block(n: int, hit) -> str:

@@ -1,4 +1,5 @@
-"""The ask service: planner -> executor -> gate -> synthesizer, as a stream of events or at once.
+"""The ask service: plan -> execute -> evidence -> gate -> synthesize -> check, as a stream of
+events or at once.
 
 ``ask_stream`` is the pipeline; ``ask`` is the same stream consumed to its end. Web (the page
 and the server-sent-events endpoint), API and CLI all call one of the two. Every question is
@@ -19,11 +20,12 @@ from kbportal.audit import audit_record
 from kbportal.tenancy import tenant_context
 from projects.selectors import membership_list_for_user
 from search.models import AnswerFeedback, AnswerRecord
+from search.pipeline.checks import Answer, check_answer
 from search.pipeline.evidence import Evidence
 from search.pipeline.executor import execute_plan
-from search.pipeline.gate import judge
+from search.pipeline.gate import Verdict, judge
 from search.pipeline.planner import make_plan
-from search.pipeline.synthesizer import Answer, synthesize_stream
+from search.pipeline.synthesizer import Draft, synthesize_stream
 from search.retrieval import clean_query, scope_where_sql
 from sources.selectors import QueryScope
 
@@ -36,6 +38,7 @@ class AskResult:
     plan: dict[str, Any]
     tools_run: list[dict]
     tool_errors: dict[str, str]
+    verdict: Verdict | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
     answer_id: str = ""  # the AnswerRecord's public id (a UUID), for feedback
 
@@ -58,8 +61,24 @@ class AskResult:
             "plan": self.plan,
             "tools_run": self.tools_run,
             "tool_errors": self.tool_errors,
+            "verdict": verdict_dict(self.verdict),
             "timings_ms": self.timings_ms,
         }
+
+
+def verdict_dict(verdict: Verdict | None) -> dict[str, Any] | None:
+    """The gate's verdict as JSON: ``status``, ``decided_by``, ``probability``, ``missing_terms``,
+    ``missing_type``, ``features``."""
+    if verdict is None:
+        return None
+    return {
+        "status": verdict.status,
+        "decided_by": verdict.decided_by,
+        "probability": verdict.probability,
+        "missing_terms": list(verdict.missing_terms),
+        "missing_type": verdict.missing_type,
+        "features": verdict.features,
+    }
 
 
 AskEventType = Literal["plan", "tools", "evidence", "token", "done"]
@@ -76,7 +95,8 @@ class AskEvent:
     - ``evidence``: ``{evidence: [Evidence.as_dict()]}``, numbered ``n`` = 1..k
     - ``token`` (zero or more): ``{text}``, the next piece of the answer, citations already validated
     - ``done``: ``{answer_id, question, text, answered, synthesizer, cited: [n], sources: [Evidence.as_dict()],
-      removed_citations: [n], error, fallback, timings_ms: {plan, tools, first_token, synthesize, total}}``
+      removed_citations: [n], error, fallback, checks: [name], verdict: {status, decided_by, probability,
+      missing_terms, missing_type, features}, timings_ms: {plan, tools, gate, first_token, synthesize, total}}``
 
     ``done.text`` is the final answer. The tokens concatenate to it, except when the LLM failed
     after some text was sent, wrote an answer citing no evidence (citations attributed, or a
@@ -102,8 +122,8 @@ def indexed_kinds(scope: QueryScope) -> dict[str, int]:
 def ask_stream(question: str, scope: QueryScope, *, limit: int = 10) -> Iterator[AskEvent]:
     """Answer ``question`` from the scope's sources as a stream of :class:`AskEvent` (see there).
 
-    The question is checked before anything runs: raises ``search.retrieval.EmptyQuery`` for a
-    blank one at call time, not at the first event. Citations in ``token`` and ``done`` are only
+    The question is checked before anything runs: raises ``search.retrieval.InvalidQuery`` for a
+    blank or too long one at call time, not at the first event. Citations in ``token`` and ``done`` are only
     numbers of the evidence. Records the question and answer (``AnswerRecord``) in the scope's
     tenant before ``done``. Timings are milliseconds from the start of the call.
     """
@@ -132,16 +152,20 @@ def _ask_events(question: str, scope: QueryScope, *, limit: int) -> Iterator[Ask
     yield AskEvent("tools", {"tools_run": execution.tools_run, "errors": execution.tool_errors, "ms": timings["tools"]})
     yield AskEvent("evidence", {"evidence": [e.as_dict() for e in execution.evidence]})
 
-    t_synth = time.perf_counter()
+    t_gate = time.perf_counter()
     verdict = judge(question, execution.evidence, scope)
-    answer: Answer | None = None
+    timings["gate"] = _ms(t_gate)
+
+    t_synth = time.perf_counter()
+    draft: Draft | None = None
     for item in synthesize_stream(question, execution.evidence, verdict=verdict):
-        if isinstance(item, Answer):
-            answer = item
+        if isinstance(item, Draft):
+            draft = item
             break
         timings.setdefault("first_token", _ms(t0))
         yield AskEvent("token", {"text": item})
-    assert answer is not None, "synthesize_stream ends with an Answer"
+    assert draft is not None, "synthesize_stream ends with a Draft"
+    answer = check_answer(question, execution.evidence, verdict, draft)
     timings["synthesize"] = _ms(t_synth)
     timings["total"] = _ms(t0)
 
@@ -152,6 +176,7 @@ def _ask_events(question: str, scope: QueryScope, *, limit: int) -> Iterator[Ask
         plan=plan_info,
         tools_run=execution.tools_run,
         tool_errors=execution.tool_errors,
+        verdict=verdict,
         timings_ms=timings,
     )
     result.answer_id = str(answer_record_create(scope=scope, result=result).public_id)
@@ -168,6 +193,8 @@ def _ask_events(question: str, scope: QueryScope, *, limit: int) -> Iterator[Ask
             "removed_citations": answer.removed_citations,
             "error": answer.error,
             "fallback": bool(answer.error),
+            "checks": answer.checks,
+            "verdict": verdict_dict(verdict),
             "timings_ms": timings,
         },
         result=result,
@@ -178,7 +205,7 @@ def ask(question: str, scope: QueryScope, *, limit: int = 10) -> AskResult:
     """Answer ``question`` from the scope's sources, with ``[n]`` citations: :func:`ask_stream`
     consumed to its end.
 
-    Raises ``search.retrieval.EmptyQuery`` for a blank question. Timings are in milliseconds.
+    Raises ``search.retrieval.InvalidQuery`` for a blank or too long question. Timings are in milliseconds.
     """
     for event in ask_stream(question, scope, limit=limit):
         if event.type == "done":
@@ -209,8 +236,8 @@ def answer_record_create(*, scope: QueryScope, result: AskResult) -> AnswerRecor
             planner=result.plan.get("planner", ""),
             synthesizer=result.answer.synthesizer,
             tools=result.tools_run,
-            evidence_document_ids=[e.document_id for e in result.evidence],
-            cited_document_ids=[e.document_id for e in result.sources],
+            evidence_document_ids=[i for e in result.evidence for i in e.document_ids],
+            cited_document_ids=[i for e in result.sources for i in e.document_ids],
             latency_ms=result.timings_ms.get("total", 0.0),
             first_token_ms=result.timings_ms.get("first_token"),
             error=result.answer.error,

@@ -34,7 +34,9 @@ def _project_field(*, body: bool = False) -> serializers.SlugField:
 
 
 class AskRequestSerializer(serializers.Serializer):
-    question = serializers.CharField(max_length=MAX_QUERY_CHARS, help_text="The question, in plain words.")
+    question = serializers.CharField(
+        help_text=f"The question, in plain words (at most {MAX_QUERY_CHARS:,} characters)."
+    )
     project = _project_field(body=True)
 
 
@@ -48,7 +50,7 @@ class AskQuerySerializer(serializers.Serializer):
 
 
 class SearchQuerySerializer(serializers.Serializer):
-    q = serializers.CharField(max_length=MAX_QUERY_CHARS, help_text="Keywords or a question.")
+    q = serializers.CharField(help_text=f"Keywords or a question (at most {MAX_QUERY_CHARS:,} characters).")
     project = _project_field()
     limit = serializers.IntegerField(min_value=1, max_value=SEARCH_LIMIT_MAX, default=10, help_text="How many hits.")
     kind = serializers.MultipleChoiceField(
@@ -59,7 +61,7 @@ class SearchQuerySerializer(serializers.Serializer):
 
 
 class WhoKnowsQuerySerializer(serializers.Serializer):
-    q = serializers.CharField(max_length=MAX_QUERY_CHARS, help_text="A topic, system or question.")
+    q = serializers.CharField(help_text=f"A topic, system or question (at most {MAX_QUERY_CHARS:,} characters).")
     project = _project_field()
     limit = serializers.IntegerField(
         min_value=1, max_value=WHO_KNOWS_LIMIT_MAX, default=10, help_text="How many people."

@@ -151,7 +151,7 @@ def llm_plan(question: str, *, indexed_kinds: dict[str, int], tries: int = 2) ->
             if not calls:
                 raise ValueError("plan names no known tool")
             # The question itself is always searched: a model's rewrite may add a search, never
-            # replace it (qwen-1.5b rewrote ERB questions into unrelated queries).
+            # replace it (a small local model rewrote questions into unrelated queries).
             calls = [PlannedCall("search", question)] + [
                 c for c in calls if not (c.tool == "search" and c.query == question)
             ]

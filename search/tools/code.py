@@ -499,7 +499,7 @@ def grep_code(query: str, scope: QueryScope) -> GrepResult:
     """Grep the scope's code checkouts for the question's patterns and rank the readable rows.
 
     Returns an empty result when the question yields no pattern or the scope has no code.
-    Raises ``EmptyQuery`` for a blank question and ``FileNotFoundError`` when no grep exists.
+    Raises ``InvalidQuery`` for a blank or too long question and ``FileNotFoundError`` when no grep exists.
     """
     query = clean_query(query)
     patterns = grep_patterns(query)
@@ -577,7 +577,7 @@ def search_code(*, query: str, scope: QueryScope, limit: int = 10) -> list[Evide
     score. Rows grep found carry ``metadata["grep"] = {"lines": [...], "patterns": [...]}``
     (at most ``MAX_LINES_SHOWN`` line numbers) and, when the hybrid search did not rank them
     lexically, their grep rank as ``lexical_rank`` (a literal match of the question's terms).
-    Only rows ``scope`` may read. Raises ``EmptyQuery`` for a blank question.
+    Only rows ``scope`` may read. Raises ``InvalidQuery`` for a blank or too long question.
     """
     grep = grep_code(query, scope)
     # Parts of a long function stay apart here: grep maps each matched line to its part.

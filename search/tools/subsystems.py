@@ -273,7 +273,7 @@ def _symbol_ranking(query: str, scope: QueryScope) -> list[int]:
 def subsystem_index(*, query: str, scope: QueryScope, limit: int = 5) -> list[ModuleSummary]:
     """The files whose summaries best answer ``query`` (module docstring), best first, at most
     ``limit``. With an LLM configured, returned files without a cached LLM summary get one
-    (bounded per call). Only rows ``scope`` may read. Raises ``EmptyQuery`` for a blank question.
+    (bounded per call). Only rows ``scope`` may read. Raises ``InvalidQuery`` for a blank or too long question.
 
     Each module's ``hit`` carries its ranks (``hybrid`` rankers' names, ``path``, ``symbols``)
     and the cosine similarity when the dense ranker saw it.

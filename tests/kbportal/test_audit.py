@@ -277,7 +277,10 @@ def test_an_api_question_writes_an_ask_and_an_api_call_event_with_the_token_pref
     assert response.status_code == 200
     ask_event, call_event = events(aud.acme.tenant.pk, request_id)
     assert ask_event.action == "ask" and ask_event.data["answer_id"] == response.json()["answer_id"]
-    assert ask_event.data["evidence_ids"] == [e["document_id"] for e in response.json()["evidence"]]
+    evidence = response.json()["evidence"]  # each block's row and the sections merged into it
+    assert ask_event.data["evidence_ids"] == [
+        i for e in evidence for i in [e["document_id"], *(s["document_id"] for s in e["sections"])]
+    ]
     assert call_event.action == "api.call"
     assert call_event.data == {
         "method": "POST", "path": "/api/v1/ask", "status": 200, "ms": call_event.data["ms"], "view": "api:ask",

@@ -67,6 +67,17 @@ ACME_ROWS = [
 ]
 
 
+def scored_verdict(question: str, evidence: list, *, status: str = "answered"):
+    """A gate verdict over ``evidence`` with its passages scored by term coverage alone (no
+    embedding, a corpus of 100 rows holding no question term): for tests of the synthesizer.
+    Needs the database (PostgreSQL's English lexemes)."""
+    from search.pipeline.gate import Verdict
+    from search.pipeline.passages import score_evidence
+
+    scored = score_evidence(question, evidence, df={}, n_rows=100)
+    return Verdict(status=status, scored=scored)
+
+
 @dataclass
 class KB:
     acme: object

@@ -109,12 +109,23 @@ def test_answer_evaluation_scores_declines_citations_and_judged_facts(kb, settin
 
 
 def test_a_quoted_evidence_line_is_not_the_answer_declining():
-    """ERB qst_0934's extractive answer quotes a log line "403 with message 'tenant not found'":
-    the evidence's words, not the answer saying the sources lack the answer."""
-    from search.evaluation_answers import stated_decline
+    """An extractive answer quoting a log line "403 with message 'tenant not found'" states the
+    evidence's words, not that the sources lack the answer: it is answered. The same words in an
+    LLM's answer are its own, and decline."""
+    from search.pipeline.checks import check_answer
+    from search.pipeline.evidence import Evidence
+    from search.pipeline.gate import Verdict
+    from search.pipeline.synthesizer import Draft
 
-    quoted = "From the best-matching sources:\n- Auth failures: Observe 403 with message 'tenant not found' [3]"
-    assert not stated_decline(quoted, "extractive")
-    assert stated_decline(quoted, "llm")  # an LLM's own words are all its own
-    note = "The sources do not mention “kv_crc”, so they may not answer this fully.\nThe closest sources:\n- x [1]"
-    assert stated_decline(note, "extractive")
+    evidence = [
+        Evidence(n=3, document_id=3, kind="doc_section", title="Auth failures", url="", score=1.0, tool="search",
+                 text="Observe 403 with message 'tenant not found'.", lexical_rank=1)
+    ]  # fmt: skip
+    quoted = "Observe 403 with message 'tenant not found' [3]."
+    verdict = Verdict(status="answered")
+    extractive = check_answer("Why do logins fail?", evidence, verdict, Draft(quoted, [3], "extractive", answers=True))
+    assert extractive.answered
+    llm = check_answer(
+        "Why do logins fail?", evidence, verdict, Draft("The sources do not mention it [3].", [3], "llm", answers=True)
+    )
+    assert not llm.answered

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from search.pipeline.evidence import PASSAGE_GAP, Evidence, evidence_from_hit, query_passage
-from search.pipeline.synthesizer import LLM_BLOCK_CHARS, _evidence_prompt
+from search.pipeline.synthesizer import LLM_BLOCK_CHARS, evidence_prompt
 from search.retrieval import Hit
 
 # ERB qst_0387: the thread's go-live dates are its last lines, 4.5k characters in.
@@ -69,14 +69,14 @@ def test_records_are_excerpted_for_the_question_and_code_stays_contiguous(thread
 def test_the_llm_prompt_shows_each_block_where_it_matches(thread):
     ev = Evidence(n=1, document_id=1, kind="thread", title="go-live", url="", text=thread[:3000], score=0, tool="s")
     ev.text = query_passage(QUESTION, thread, 1200)
-    prompt = _evidence_prompt(QUESTION, [ev])
+    prompt = evidence_prompt(QUESTION, [ev])
     block = prompt.split("[1] ", 1)[1].split("Question:", 1)[0]
     assert "6/1" in block and "6/8" in block
     assert len(block) < LLM_BLOCK_CHARS + 200  # the block's passage, its header and indentation
 
 
 def test_content_terms_keep_dates_times_versions_and_ids_whole():
-    from search.pipeline.evidence import content_terms
+    from search.text import content_terms
 
     terms = content_terms("Go-live is 6/1 for EU-West-3, due Thu 18:00 [1]; proxy v2.2.3. Deployments in 2026.")
     assert {"6/1", "eu-west-3", "18:00", "v2.2.3", "2026"} <= terms
@@ -86,7 +86,7 @@ def test_content_terms_keep_dates_times_versions_and_ids_whole():
 def test_an_uncited_sentence_stating_dates_is_attributed_to_the_block_holding_them(thread):
     """ERB qst_0387: qwen-1.5b answered with the two dates and region ids and cited nothing;
     every word it added beyond the question is a date or an id."""
-    from search.pipeline.synthesizer import attribute_citations
+    from search.pipeline.checks import attribute_citations
 
     ev = Evidence(n=1, document_id=1, kind="thread", title="go-live", url="", score=0, tool="s",
                   text=query_passage(QUESTION, thread, 1200))  # fmt: skip

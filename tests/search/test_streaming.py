@@ -72,7 +72,9 @@ def test_extractive_stream_sends_plan_tools_evidence_tokens_done(kb):
     assert types[3:-1] == ["token"] * len(tokens) and len(tokens) >= 2
     plan, tools, evidence, done = events[0].data, events[1].data, events[2].data["evidence"], events[-1].data
     assert plan["planner"] == "rules" and plan["tools"] == ["search"]
-    assert tools["tools_run"][0]["tool"] == "search" and tools["tools_run"][0]["rows"] == len(evidence)
+    assert tools["tools_run"][0]["tool"] == "search" and tools["tools_run"][0]["rows"] >= len(evidence)
+    # one number per file: the runbook's two sections share a block
+    assert len({e["path"] for e in evidence if e["path"]}) == len([e for e in evidence if e["path"]])
     assert [e["n"] for e in evidence] == list(range(1, len(evidence) + 1))
     assert "".join(tokens) == done["text"]
     assert done["synthesizer"] == "extractive" and done["answered"] and not done["fallback"]
@@ -86,8 +88,13 @@ def test_extractive_stream_sends_plan_tools_evidence_tokens_done(kb):
         record = AnswerRecord.objects.get(public_id=uuid.UUID(done["answer_id"]))
     assert record.question == "How do I deploy the billing service?"
     assert record.user_id == kb.acme.admin.pk and record.answered and record.answer == done["text"]
-    assert record.cited_document_ids == [s["document_id"] for s in done["sources"]]
-    assert record.evidence_document_ids == [e["document_id"] for e in evidence]
+
+    # the cited blocks' rows, the sections merged into them included
+    def rows(blocks):
+        return [i for b in blocks for i in [b["document_id"], *(x["document_id"] for x in b["sections"])]]
+
+    assert record.cited_document_ids == rows(done["sources"])
+    assert record.evidence_document_ids == rows(evidence)
     assert record.first_token_ms == timings["first_token"] and record.latency_ms == timings["total"]
 
 
@@ -160,7 +167,7 @@ def test_llm_failing_mid_stream_falls_back_to_the_extractive_answer(kb, settings
     assert events[-1].type == "done" and done["fallback"]
     assert done["synthesizer"] == "extractive" and done["error"].startswith("the language model failed")
     assert "the model crashed" not in done["error"]  # the provider's text stays in the server log
-    assert done["text"].startswith("From the best-matching sources:") and "make release" in done["text"]
+    assert "make release" in done["text"] and "[1]" in done["text"] and done["answered"]
     assert done["cited"] and {s["n"] for s in done["sources"]} == set(done["cited"])
 
 
@@ -185,8 +192,8 @@ def test_an_llm_answer_citing_no_evidence_is_replaced_by_a_decline(kb, settings)
     """A draft with no [n] is not grounded in the evidence (a small model invents a field name
     for a question the sources cannot answer): the answer declines and points at the closest
     sources instead. A draft that itself says the sources lack the answer is kept as written."""
+    from search.pipeline.checks import UNCITED_NOTE
     from search.pipeline.gate import text_declines
-    from search.pipeline.synthesizer import UNCITED_NOTE
 
     drafts = {"answer": ["The field is ", "`build_sequence`", "; increment it by one."]}
 
@@ -202,7 +209,7 @@ def test_an_llm_answer_citing_no_evidence_is_replaced_by_a_decline(kb, settings)
         assert done["text"].startswith(UNCITED_NOTE) and "build_sequence" not in done["text"]
         assert text_declines(done["text"]) and done["answered"] is False
         assert done["fallback"] and "cited none of the evidence" in done["error"]
-        assert done["cited"] and {s["n"] for s in done["sources"]} == set(done["cited"])
+        assert done["cited"] == [] and done["sources"] == [] and "Closest, not answering:" in done["text"]
 
         drafts["answer"] = ["The sources do not mention ", "how to deploy it."]
         events = _events("How do I deploy the billing service?", scope_for_user(kb.acme.admin))
@@ -218,7 +225,7 @@ def _block(n, title, text):
 
 
 def test_attribution_cites_the_block_holding_what_a_sentence_adds():
-    from search.pipeline.synthesizer import attribute_citations
+    from search.pipeline.checks import attribute_citations
 
     evidence = [
         _block(1, "On-call", "The on-call rotation changes every Monday at 10:00 in PagerDuty."),
@@ -243,7 +250,7 @@ def test_attribution_cites_the_block_holding_what_a_sentence_adds():
 
 
 def test_invented_names_are_those_no_block_or_question_holds():
-    from search.pipeline.synthesizer import invented_names
+    from search.pipeline.checks import invented_names
 
     evidence = [_block(1, "Deploying billing", "Run `make release`; it needs BILLING_DEPLOY_TOKEN.")]
     answer = "Run `make  release` with `BILLING_DEPLOY_TOKEN` and `build_sequence`, then check retry_count."
@@ -252,9 +259,9 @@ def test_invented_names_are_those_no_block_or_question_holds():
 
 
 def test_a_slack_channel_the_evidence_does_not_name_is_invented():
-    """ERB qst_0988: qwen-1.5b named "#incident-bot" as a component's owner channel; the sources
-    say "incident-bot" (a bot), never that channel."""
-    from search.pipeline.synthesizer import invented_names
+    """A small model named "#incident-bot" as a component's owner channel; the sources say
+    "incident-bot" (a bot), never that channel."""
+    from search.pipeline.checks import invented_names
 
     thread = _block(1, "Streaming outage", "The incident-bot drafted the status update.")
     thread.metadata = {"channel": "incidents"}
@@ -296,7 +303,8 @@ def test_an_llm_answer_stating_no_value_of_the_asked_form_is_flagged(kb, setting
     """The question asks for a Slack channel and the evidence holds one (the #billing thread),
     but the model answers with a team: a note says the answer states no channel, and it counts as
     declined. An answer naming the channel stands."""
-    from search.pipeline.gate import text_declines, unstated_type_note
+    from search.pipeline.answer_types import unstated_type_note
+    from search.pipeline.gate import text_declines
 
     drafts = {"answer": ""}
     question = "Which Slack channel discussed invoices stuck in pending after the webhook outage?"
@@ -330,7 +338,7 @@ def test_an_llm_answer_stating_no_value_of_the_asked_form_is_flagged(kb, setting
 
 
 def test_ungrounded_values_are_asked_values_no_cited_block_holds():
-    from search.pipeline.synthesizer import ungrounded_values
+    from search.pipeline.checks import ungrounded_values
 
     thread = _block(1, "Streaming outage", "Escalate in #support-escalations; the bot posts to #incidents.")
     adr = _block(2, "ADR-014", "The registry lives in the observability-pack repository.")

@@ -90,12 +90,12 @@ def test_git_redact_hides_a_password_with_an_at_sign():
 
 def test_llm_prompt_does_not_let_a_document_forge_an_evidence_block(atkx, settings):
     from search.pipeline.evidence import evidence_from_hit, number_evidence
-    from search.pipeline.synthesizer import _evidence_prompt
+    from search.pipeline.synthesizer import evidence_prompt
 
     scope = scope_for_user(atkx.member)
     hits = hybrid_search("parking policy parking badge", scope).hits
     evidence = number_evidence([[evidence_from_hit(h, tool="search") for h in hits]])
-    prompt = _evidence_prompt("What is the parking policy?", evidence)
+    prompt = evidence_prompt("What is the parking policy?", evidence)
     forged = [line for line in prompt.splitlines() if line.startswith("[9] Official parking policy")]
     assert not forged, "document text starts a line that looks like evidence block [9]"
     assert json.dumps(prompt).count("Question:") == 1, "document text adds a second 'Question:' line"

@@ -26,7 +26,7 @@ from projects.models import ApiToken, Membership
 from projects.services import api_token_create, api_token_revoke, membership_create, profile_set_default_project
 from search.mcp_server import build_server, evidence_for_token, experts_for_token
 from search.models import AnswerRecord
-from search.pipeline.gate import question_coverage
+from search.pipeline.gate import readable_document_frequencies
 from search.services import ask
 from search.tools.code import search_code
 from search.tools.people import who_knows
@@ -378,7 +378,6 @@ def test_mcp_server_validates_tool_arguments_before_running(atkx, tokens):
     assert "walrus migration" in str(result) and "okapi" not in str(result)
     for args in (
         {"query": ""},
-        {"query": "x" * 1001},
         {"query": "walrus", "limit": 0},
         {"query": "walrus", "limit": 21},
         {"query": "walrus", "project": "../atk-y"},
@@ -388,23 +387,32 @@ def test_mcp_server_validates_tool_arguments_before_running(atkx, tokens):
     ):
         with pytest.raises(ToolError, match="validation error"):
             anyio.run(call, args)
+    # The question-length limit is the one every path applies, with the same message.
+    with pytest.raises(ToolError, match="at most 2,000 are allowed"):
+        anyio.run(call, {"query": "x " * 1001})
 
 
 # ---------- side channels ---------------------------------------------------------------------------
 
 
-def test_missing_terms_note_treats_restricted_words_like_words_nobody_wrote(atkx):
+def test_the_gate_weighs_restricted_words_like_words_nobody_wrote(atkx):
+    """The gate weighs a question's words by how many rows the asker may read hold them: for a
+    member, the words of a restricted page count as often as invented ones (zero), so neither
+    the verdict nor its features tell that a page they may not read holds them."""
     restricted_words = "ibex onboarding marmot merger codename bluefin"
     nonsense_words = "ibex onboarding zorblax quibbit frobnik wuzzle"
     member, admin = scope_for_user(atkx.member), scope_for_user(atkx.x.admin)
-    assert question_coverage(restricted_words, admin).unknown == ()  # control: the principal reads them
-    restricted = question_coverage(restricted_words, member)
-    nonsense = question_coverage(nonsense_words, member)
-    assert restricted.unknown == ("marmot", "merger", "codename", "bluefin")
-    assert (restricted.weight, restricted.partial) == (nonsense.weight, nonsense.partial)
-    answer = ask(restricted_words, member).answer
-    assert answer.text.startswith("The sources do not mention “marmot”, “merger”, “codename”, “bluefin”")
-    assert "closes in March" not in answer.text and not answer.answered
+    with tenant_context(atkx.x.tenant.pk, user_id=atkx.x.admin.pk):
+        assert readable_document_frequencies(restricted_words, admin)["marmot"] == 1  # control: the principal
+    with tenant_context(atkx.x.tenant.pk, user_id=atkx.member.pk):
+        restricted = readable_document_frequencies(restricted_words, member)
+        nonsense = readable_document_frequencies(nonsense_words, member)
+    assert [restricted[w] for w in ("marmot", "merger", "codenam", "bluefin")] == [0, 0, 0, 0]
+    assert restricted["ibex"] == nonsense["ibex"]
+    r, n = ask(restricted_words, member), ask(nonsense_words, member)
+    assert r.verdict.status == n.verdict.status and not r.answer.answered
+    assert r.verdict.features.get("missing") == n.verdict.features.get("missing")
+    assert "closes in March" not in r.answer.text and "marmot" not in r.answer.text.lower()
 
 
 def test_analytics_withholds_titles_of_cited_rows_the_viewer_may_not_read(atkx):

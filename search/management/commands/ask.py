@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from projects.selectors import ScopeNotFound
-from search.retrieval import EmptyQuery
+from search.retrieval import InvalidQuery
 from search.services import ask
 from sources.selectors import scope_for_operator, scope_for_user
 
@@ -31,7 +31,7 @@ class Command(BaseCommand):
             else:
                 scope = scope_for_operator(tenant_slug=tenant, project_slug=project)
             result = ask(question, scope)
-        except (ScopeNotFound, EmptyQuery) as exc:
+        except (ScopeNotFound, InvalidQuery) as exc:
             raise CommandError(str(exc)) from exc
         if json:
             self.stdout.write(_json_dumps(result.as_dict()))
@@ -42,14 +42,18 @@ class Command(BaseCommand):
             f"{t['tool']} ({t.get('rows', 0)} rows)" if "error" not in t else f"{t['tool']} (failed: {t['error']})"
             for t in result.tools_run
         )
+        verdict = result.verdict
+        decided = f"{verdict.status} ({verdict.decided_by})" if verdict else "-"
         self.stdout.write(
-            f"\nTools: {tools}  [planner: {result.plan['planner']}, synthesizer: {result.answer.synthesizer}, "
-            f"{result.timings_ms['total']:.0f} ms]"
+            f"\nTools: {tools}  [planner: {result.plan['planner']}, answerable: {decided}, "
+            f"synthesizer: {result.answer.synthesizer}, {result.timings_ms['total']:.0f} ms]"
         )
-        shown = result.sources or result.evidence[:5]
-        self.stdout.write("Sources:" if result.sources else "Closest evidence (not cited):")
-        for ev in shown:
-            self.stdout.write(f"  [{ev.n}] {ev.title} — {ev.url or ev.location}")
+        if result.sources:
+            self.stdout.write("Sources:")
+            for ev in result.sources:
+                self.stdout.write(f"  [{ev.n}] {ev.title} — {ev.url or ev.location}")
+                for section in ev.sections:
+                    self.stdout.write(f"       also {section['title']} — {section['location']}")
 
 
 def _json_dumps(data) -> str:

@@ -1,0 +1,84 @@
+"""Expected answer types: the form of value a question asks for, and whether a text holds one.
+
+A question asking for a Slack channel, an email address, a link, a version or a count cannot be
+answered from evidence holding no value of that form. This is the expected-answer-type check of
+question-answering pipelines (Moldovan et al., "The structure and performance of an open-domain
+question answering system", ACL 2000), kept to forms a pattern recognises without error. The
+gate applies it to the evidence, the answer checks to an LLM's answer.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from search.text import without_citations
+
+
+@dataclass(frozen=True)
+class AnswerType:
+    """A form of answer a question asks for: ``question`` recognises the asking ("which Slack
+    channel"), ``answer`` a value of that form in text ("#incidents")."""
+
+    label: str
+    question: re.Pattern[str]
+    answer: re.Pattern[str]
+    verbatim: bool = True  # a value sources write as it is (a channel), not one an answer derives (a count)
+
+    def values(self, text: str) -> list[str]:
+        """The values of this form in ``text``, in order, each once (citations ``[n]`` do not count)."""
+        return list(dict.fromkeys(m.group(0) for m in self.answer.finditer(without_citations(text))))
+
+    def held_by(self, text: str) -> bool:
+        """True when ``text`` holds a value of this form (citations ``[n]`` do not count)."""
+        return bool(self.answer.search(without_citations(text)))
+
+
+_NUMBER_WORDS = "one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|dozen|hundred|thousand|million|none|no"
+ANSWER_TYPES = (
+    AnswerType(
+        "Slack channel",
+        # "channel" alone may be a Go or Kafka channel: Slack must be named
+        re.compile(r"\b(?:which|what)\s+slack\s+channels?\b|\b(?:which|what)\s+channels?\b.*\bslack\b", re.I | re.S),
+        re.compile(r"(?<![\w#&/])#[A-Za-z][A-Za-z0-9_-]*[A-Za-z0-9]"),
+    ),
+    AnswerType(
+        "email address",
+        re.compile(r"\b(?:which|what)\s+e-?mail(?:\s+address(?:es)?)?\b", re.I),
+        re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+"),  # starts only at a token start: linear
+    ),
+    AnswerType("link", re.compile(r"\b(?:which|what)\s+(?:url|link)s?\b", re.I), re.compile(r"https?://\S+")),
+    AnswerType(
+        "version",
+        re.compile(r"\b(?:which|what)\s+(?:[\w-]+\s+){0,2}versions?\b", re.I),
+        # 2.2.3, v2, 1.x, "version 3", "Python 3"
+        re.compile(r"\b\d+(?:\.(?:\d+|x))+\b|\bv\d+\b|\b(?:version|release)\s+\d+|\b[A-Z][A-Za-z]+\s+\d+\b", re.I),
+    ),
+    AnswerType(
+        "number",
+        re.compile(r"\bhow\s+(?:many|much)\b", re.I),
+        re.compile(rf"\d|\b(?:{_NUMBER_WORDS})\b", re.I),
+        verbatim=False,  # "how many writeups …" is counted across sources, not copied from one
+    ),
+)
+
+
+def asked_answer_type(question: str) -> AnswerType | None:
+    """The form of answer ``question`` asks for (``ANSWER_TYPES``, first match), or ``None``."""
+    return next((t for t in ANSWER_TYPES if t.question.search(question)), None)
+
+
+def missing_type_note(label: str) -> str:
+    """The sentence that opens an answer whose evidence holds no value of the asked form."""
+    return f"The sources found do not state a {label}, which the question asks for."
+
+
+def ungrounded_values_note(values: list[str], label: str) -> str:
+    """The sentence that opens an LLM answer giving values of the asked form its cited blocks lack."""
+    listed = ", ".join(f"“{v}”" for v in values[:8])
+    return f"The cited sources do not state {listed}, the {label} this answer gives: treat it as unverified."
+
+
+def unstated_type_note(label: str) -> str:
+    """The sentence that opens an LLM answer naming no value of the asked form."""
+    return f"This answer does not state the {label} the question asks for: the sources found may not hold it."

@@ -1,0 +1,321 @@
+"""Checks after the answer: a declared list, run in order in one loop (:data:`CHECKS`).
+
+Each check reads the synthesizer's draft (``search.pipeline.synthesizer.Draft``) with the
+question and the evidence, and either passes or returns what it found, which changes the answer
+in the way its ``action`` says. The extractive answer quotes the evidence, so the checks that
+look for what a language model may invent apply to LLM drafts only (``llm_only``).
+
+- ``uncited``: an LLM answer citing no evidence that does not say the sources lack the answer;
+  each sentence a block supports gets its ``[n]``, and when none is, the answer becomes a decline
+  naming the closest sources.
+- ``unsupported_names``: code, field or ``#channel`` names no evidence block (nor the question)
+  holds; the answer opens with a note naming them and counts as declined.
+- ``unstated_type``: no value of the form the question asks for (a Slack channel, a count, ...);
+  a note, declined.
+- ``ungrounded_values``: an asked-for channel, email, link or version none of the cited blocks
+  holds; a note naming them, declined.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from search.pipeline.answer_types import asked_answer_type, ungrounded_values_note, unstated_type_note
+from search.pipeline.evidence import Evidence, evidence_text
+from search.pipeline.gate import Verdict, text_declines
+from search.pipeline.synthesizer import CLOSEST_HEADER, LLM_EVIDENCE_BLOCKS, Draft, closest_lines, prompt_text
+from search.text import content_terms
+
+logger = logging.getLogger(__name__)
+
+UNCITED_NOTE = (
+    "The sources do not contain an answer I can cite: the language model's draft cited none of them, so it is not "
+    "shown."
+)
+
+
+@dataclass
+class Answer:
+    """The final answer: ``text`` to show, ``cited`` block numbers, ``answered`` (false for any
+    decline or partial answer), ``checks`` the names of the checks that changed it, ``error``
+    what was changed or failed (for the page and the API's ``done.error``)."""
+
+    text: str
+    cited: list[int]
+    synthesizer: str  # "llm" | "extractive"
+    answered: bool
+    removed_citations: list[int] = field(default_factory=list)
+    error: str = ""
+    checks: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Finding:
+    """What a check found: ``note`` opens the answer (a decline); ``replace`` replaces its text
+    and citations (``cited``); ``declines`` marks the answer declined; ``error`` says what changed."""
+
+    error: str
+    note: str = ""
+    replace: str | None = None
+    cited: list[int] | None = None
+    declines: bool = True
+
+
+@dataclass(frozen=True)
+class CheckInput:
+    question: str
+    evidence: Sequence[Evidence]
+    verdict: Verdict
+    text: str  # the draft's own words (without the gate's opening notes)
+    cited: Sequence[int]
+
+
+@dataclass(frozen=True)
+class AnswerCheck:
+    name: str
+    detects: str
+    action: str
+    run: Callable[[CheckInput], Finding | None]
+    llm_only: bool = True
+
+
+# -- uncited -------------------------------------------------------------------------------------
+
+ATTRIBUTION_SHARE = 0.5  # of a sentence's new terms one block must hold to be cited for it
+ATTRIBUTION_MIN_TERMS = 2  # a sentence adding fewer new terms states nothing to attribute
+_ANSWER_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def _block_terms(question: str, ev: Evidence) -> set[str]:
+    return content_terms(f"{ev.title}\n{prompt_text(question, ev)}\n{ev.context[:300]}")
+
+
+def attribute_citations(question: str, text: str, evidence: Sequence[Evidence]) -> tuple[str, list[int]]:
+    """Post-hoc attribution of an answer that cites nothing: each sentence whose *new* terms
+    (``content_terms`` of the sentence less the question's) are at least ``ATTRIBUTION_SHARE``
+    held by one evidence block, and number at least ``ATTRIBUTION_MIN_TERMS``, gets that block's
+    ``[n]`` (the block holding most; ties: the lower number) before its final punctuation.
+    Returns ``(text, cited numbers in order)``; ``cited`` is empty when no sentence is
+    supported. Retrieval-based attribution as in Gao et al., "RARR: Researching and Revising
+    What Language Models Say", ACL 2023, reduced to term overlap with the blocks the model was
+    given."""
+    asked = content_terms(question)
+    blocks = [(ev.n, _block_terms(question, ev)) for ev in evidence[:LLM_EVIDENCE_BLOCKS]]
+    cited: list[int] = []
+    out: list[str] = []
+    pos = 0
+    for match in [*_ANSWER_SENTENCE.finditer(text), None]:
+        end = match.start() if match else len(text)
+        sentence = text[pos:end]
+        new = content_terms(sentence) - asked
+        best_n, best_held = 0, 0
+        for n, terms in blocks:
+            held = len(new & terms)
+            if held > best_held:
+                best_n, best_held = n, held
+        if len(new) >= ATTRIBUTION_MIN_TERMS and best_held >= ATTRIBUTION_SHARE * len(new):
+            stripped = sentence.rstrip()
+            cut = len(stripped) - 1 if stripped and stripped[-1] in ".!?" else len(stripped)
+            sentence = f"{stripped[:cut]} [{best_n}]{stripped[cut:]}{sentence[len(stripped) :]}"
+            if best_n not in cited:
+                cited.append(best_n)
+        out.append(sentence)
+        if match:
+            out.append(match.group(0))
+            pos = match.end()
+    return "".join(out), cited
+
+
+def check_uncited(c: CheckInput) -> Finding | None:
+    if c.cited or text_declines(c.text):
+        return None
+    text, cited = attribute_citations(c.question, c.text, c.evidence)
+    if cited:
+        return Finding(
+            error="the language model cited nothing; citations were attributed to the blocks holding its words",
+            replace=text,
+            cited=cited,
+            declines=False,
+        )
+    logger.info("LLM answer cited no evidence; declining instead: %.200s", c.text)
+    return Finding(
+        error="the language model's answer cited none of the evidence, so it was replaced",
+        replace="\n".join([UNCITED_NOTE, "", CLOSEST_HEADER, *closest_lines(c.evidence)]),
+        cited=[],
+    )
+
+
+# -- unsupported names ---------------------------------------------------------------------------
+
+_ANSWER_NAME = re.compile(
+    r"`([^`\n]{2,80})`"  # back-ticked code, fields, paths
+    r"|\b[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]*[A-Za-z0-9]\b"  # snake_case
+    r"|(?<![\w#&/])#[A-Za-z][A-Za-z0-9_-]*[A-Za-z0-9]"  # a Slack channel (#incidents), not an issue number
+)
+
+
+def _flat(value: str) -> str:
+    return re.sub(r"\s+", " ", value).strip().lower()
+
+
+def known_text(evidence: Sequence[Evidence], question: str = "") -> str:
+    """What ``evidence`` (``evidence_text``) and ``question`` say, flattened (lower case, single spaces)."""
+    return _flat(f"{question}\n{evidence_text(evidence)}")
+
+
+def holds_whole(known: str, value: str) -> bool:
+    """``value`` occurs in ``known`` as a whole name: "#incident-bot" is not "#incident-bot-archive"."""
+    return bool(re.search(r"(?<![\w#-])" + re.escape(_flat(value)) + r"(?![\w-])", known))
+
+
+def invented_names(question: str, text: str, evidence: Sequence[Evidence]) -> list[str]:
+    """Names the answer writes (back-ticked spans, ``snake_case`` words, ``#channel`` names) that
+    neither the question nor any evidence block (title, text, context, and a thread's channel as
+    ``#name``) contains, compared without case or spacing differences, in answer order, each
+    once. A channel is matched with its ``#``: a thread's word "incident-bot" does not make
+    "#incident-bot" a channel."""
+    known = known_text(evidence, question)
+    names: list[str] = []
+    for match in _ANSWER_NAME.finditer(text):
+        name = _flat(match.group(1) or match.group(0))
+        if name and name not in names and not holds_whole(known, name):
+            names.append(name)
+    return names
+
+
+def invented_names_note(names: Sequence[str]) -> str:
+    """The sentence that opens an answer naming things no source holds (it reads as a decline)."""
+    listed = ", ".join(f"“{n}”" for n in names[:8])
+    return f"The sources do not mention {listed}, which this answer names: treat it as unverified."
+
+
+def check_unsupported_names(c: CheckInput) -> Finding | None:
+    names = invented_names(c.question, c.text, c.evidence)
+    if not names:
+        return None
+    logger.info("LLM answer names what no evidence holds: %s", names)
+    return Finding(
+        error="the language model's answer names what no source holds; a note says so", note=invented_names_note(names)
+    )
+
+
+# -- the asked form of value ----------------------------------------------------------------------
+
+
+def _type_checked(c: CheckInput):
+    asked = asked_answer_type(c.question)
+    return asked if asked and not c.verdict.partial and not text_declines(c.text) else None
+
+
+def check_unstated_type(c: CheckInput) -> Finding | None:
+    asked = _type_checked(c)
+    if asked is None or asked.held_by(c.text):
+        return None
+    logger.info("LLM answer states no %s, which the question asks for", asked.label)
+    return Finding(
+        error=f"the language model's answer states no {asked.label}; a note says so",
+        note=unstated_type_note(asked.label),
+    )
+
+
+def ungrounded_values(question: str, text: str, evidence: Sequence[Evidence], cited: Sequence[int]) -> list[str]:
+    """Values of the form the question asks for (a Slack channel, an email, a link, a version:
+    ``AnswerType.verbatim``) that the answer gives but none of the blocks it cites holds: a
+    claim its citations do not support (citation precision, Gao et al., "Enabling Large
+    Language Models to Generate Text with Citations", EMNLP 2023, reduced to the asked value).
+    Empty when no such form is asked for or every value is in a cited block."""
+    asked = asked_answer_type(question)
+    if asked is None or not asked.verbatim:
+        return []
+    known = known_text([ev for ev in evidence if ev.n in set(cited)])
+    return [v for v in asked.values(text) if not holds_whole(known, v.rstrip(".,;:"))]
+
+
+def check_ungrounded_values(c: CheckInput) -> Finding | None:
+    asked = _type_checked(c)
+    if asked is None or not asked.held_by(c.text):
+        return None
+    values = ungrounded_values(c.question, c.text, c.evidence, c.cited)
+    if not values:
+        return None
+    logger.info("LLM answer gives %s no cited block holds: %s", asked.label, values)
+    return Finding(
+        error=f"the language model's answer gives a {asked.label} its cited sources lack; a note says so",
+        note=ungrounded_values_note(values, asked.label),
+    )
+
+
+CHECKS: tuple[AnswerCheck, ...] = (
+    AnswerCheck(
+        "uncited",
+        "an LLM answer citing no evidence that does not say the sources lack the answer",
+        "cites each sentence a block supports; declines, naming the closest sources, when none is",
+        check_uncited,
+    ),
+    AnswerCheck(
+        "unsupported_names",
+        "code, field or #channel names that no evidence block nor the question holds",
+        "opens with a note naming them; declined",
+        check_unsupported_names,
+    ),
+    AnswerCheck(
+        "unstated_type",
+        "no value of the form the question asks for (Slack channel, email, link, version, count)",
+        "opens with a note saying so; declined",
+        check_unstated_type,
+    ),
+    AnswerCheck(
+        "ungrounded_values",
+        "an asked-for channel, email, link or version that none of the cited blocks holds",
+        "opens with a note naming them; declined",
+        check_ungrounded_values,
+    ),
+)
+
+
+def check_answer(question: str, evidence: Sequence[Evidence], verdict: Verdict, draft: Draft) -> Answer:
+    """Run :data:`CHECKS` on ``draft``; the final :class:`Answer`.
+
+    ``answered`` is true only for a draft that sets out to answer, under an ``answered`` verdict,
+    whose text cites evidence and does not itself decline, and that no check marked declined.
+    A check's note is added after the gate's; a replacement ends the loop (nothing is left to check)."""
+    body = draft.text[len(draft.note) :].lstrip() if draft.note and draft.text.startswith(draft.note) else draft.text
+    text, cited = body, list(draft.cited)
+    notes: list[str] = []
+    applied: list[str] = []
+    errors = [draft.error] if draft.error else []
+    declined = False
+    for check in CHECKS:
+        if check.llm_only and draft.synthesizer != "llm":
+            continue
+        if not draft.answers:
+            break
+        finding = check.run(CheckInput(question=question, evidence=evidence, verdict=verdict, text=text, cited=cited))
+        if finding is None:
+            continue
+        applied.append(check.name)
+        errors.append(finding.error)
+        declined = declined or finding.declines
+        if finding.note:
+            notes.append(finding.note)
+        if finding.replace is not None:
+            text, cited = finding.replace, list(finding.cited or [])
+            if finding.declines:
+                break
+    opening = " ".join([n for n in [draft.note] if n] + notes)
+    final = f"{opening}\n\n{text}" if opening else text
+    # An extractive answer quotes the evidence: a quoted "not found" is no decline of its own.
+    own_decline = draft.synthesizer == "llm" and text_declines(text)
+    answered = draft.answers and verdict.answered and not declined and bool(cited) and not own_decline
+    return Answer(
+        text=final,
+        cited=cited,
+        synthesizer=draft.synthesizer,
+        answered=answered,
+        removed_citations=draft.removed_citations,
+        error=errors[0] if len(errors) == 1 else "; ".join(errors),
+        checks=applied,
+    )

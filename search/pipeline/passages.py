@@ -1,0 +1,244 @@
+"""Passages: the sentences and lines of the evidence, scored against the question.
+
+The gate reads them to decide whether one passage holds the question's terms and meaning
+together; the extractive synthesizer quotes the best of them. Scored once per question:
+
+- **term coverage**: the share of the question's content terms a text holds, each term weighted
+  by its inverse document frequency in the scope, ``idf(t) = ln((N + 1) / (df(t) + 1))`` (Spärck
+  Jones, 1972; +1 so a term no row holds weighs most, not infinity). Terms are PostgreSQL's
+  English lexemes (``to_tsvector('english', ...)``), the ones full-text search and the term
+  statistics use, so "dependencies" meets "dependency" and stop words never count.
+- **similarity**: the cosine between the question's embedding and the passage's (prefixed with
+  its block's title), from the embedder retrieval already loaded.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from django.db import connection
+
+from search.pipeline.evidence import Evidence
+from search.text import neutralize_citations
+
+PASSAGE_MIN_CHARS = 25
+PASSAGE_MAX_CHARS = 360
+BLOCKS_READ = 5  # relevant evidence blocks whose passages are scored (retrieval order)
+EMBEDDED_PER_BLOCK = 2  # of each block's passages, the best-covered ones are embedded
+CODE_KINDS = frozenset({"code_chunk", "code_file"})
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'`(])")
+_FENCE = re.compile(r"```([^\n]*)\n(.*?)(?:```|\Z)", re.S)
+DIAGRAM_FENCES = frozenset({"mermaid", "plantuml", "dot", "graphviz"})  # drawings, not code to quote
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+")
+_MARKUP = re.compile(r"\{\s*[#.][^{}\n]{0,80}\}|</?[A-Za-z][^<>\n]{0,200}>|^\s*(?:[-*+>|]|\d+\.)\s+|\*\*|__")
+_GAP = re.compile(r"\s*…\s*")
+
+
+@dataclass
+class Passage:
+    """One sentence (or a few short ones), or one or a few lines of code, of an evidence block.
+
+    ``n`` is the block's number; ``order`` its position in the block; ``code`` whether it is
+    code (quoted as such); ``heading`` whether it is a title line (never an answer by itself).
+    """
+
+    n: int
+    text: str
+    order: int
+    code: bool = False
+    heading: bool = False
+    lexemes: frozenset[str] = frozenset()
+    coverage: float = 0.0  # IDF-weighted share of the question's terms it holds (with its block's title)
+    similarity: float | None = None  # cosine to the question; None when not embedded
+
+
+@dataclass
+class ScoredEvidence:
+    """The question's terms with their weights, and each read block's passages and coverage.
+
+    ``weights`` maps each question lexeme to its IDF normalised by ``ln(N + 1)`` (0..1: 1 for a
+    term no row in the scope holds). ``block_coverage[n]`` is the share of the question's weight
+    block ``n`` holds (title, text and context together); ``passages`` are all scored passages,
+    in block then text order.
+    """
+
+    weights: dict[str, float]
+    block_lexemes: dict[int, frozenset[str]] = field(default_factory=dict)
+    block_coverage: dict[int, float] = field(default_factory=dict)
+    passages: list[Passage] = field(default_factory=list)
+    margin: float = 0.0  # how far the best embedding match stands out (search.pipeline.gate)
+    small_scope: bool = False  # the scope holds too few rows for the margin to mean anything
+
+    def coverage_of(self, lexemes: frozenset[str] | set[str]) -> float:
+        total = sum(self.weights.values())
+        return sum(w for t, w in self.weights.items() if t in lexemes) / total if total else 0.0
+
+    def missing_from(self, n: int) -> list[tuple[str, float]]:
+        """The question's lexemes block ``n`` lacks, ``(lexeme, weight)``, heaviest first."""
+        held = self.block_lexemes.get(n, frozenset())
+        return sorted(((t, w) for t, w in self.weights.items() if t not in held), key=lambda tw: (-tw[1], tw[0]))
+
+
+def block_passages(ev: Evidence) -> list[Passage]:
+    """``ev``'s text cut into passages: prose into sentences (short ones joined up to
+    ``PASSAGE_MAX_CHARS``), fenced code and code blocks into runs of lines, headings kept apart
+    and marked. Citations written in the document become ``(n)``; markup is dropped."""
+    text = neutralize_citations(ev.text or "")
+    if ev.kind in CODE_KINDS:
+        return _code_passages(ev.n, text, 0)
+    out: list[Passage] = []
+    pos = 0
+    for match in _FENCE.finditer(text):
+        out.extend(_prose_passages(ev.n, text[pos : match.start()], len(out)))
+        if match.group(1).strip().lower() not in DIAGRAM_FENCES:
+            out.extend(_code_passages(ev.n, match.group(2), len(out)))
+        pos = match.end()
+    out.extend(_prose_passages(ev.n, text[pos:], len(out)))
+    return out
+
+
+def _prose_passages(n: int, text: str, order: int) -> list[Passage]:
+    out: list[Passage] = []
+    pending = ""
+    for raw in re.split(r"\n\s*\n|\n(?=\s{0,3}(?:#{1,6}\s|[-*+]\s|\d+\.\s))|" + _GAP.pattern, text):
+        for line in raw.split("\n") if _HEADING.match(raw) else [raw]:
+            if _HEADING.match(line):
+                if pending:
+                    out.append(Passage(n=n, text=pending, order=order + len(out)))
+                    pending = ""
+                heading = _clean(_HEADING.sub("", line))
+                if heading:
+                    out.append(Passage(n=n, text=heading, order=order + len(out), heading=True))
+                continue
+            for sentence in _SENTENCE_END.split(_clean(line)):
+                sentence = sentence.strip()
+                if not sentence:
+                    continue
+                if (
+                    pending
+                    and len(pending) + len(sentence) + 1 <= PASSAGE_MAX_CHARS
+                    and len(pending) < PASSAGE_MIN_CHARS
+                ):
+                    pending = f"{pending} {sentence}"
+                    continue
+                if pending:
+                    out.append(Passage(n=n, text=pending, order=order + len(out)))
+                pending = sentence[: PASSAGE_MAX_CHARS * 2]
+        if pending:
+            out.append(Passage(n=n, text=pending, order=order + len(out)))
+            pending = ""
+    return [p for p in out if p.heading or len(p.text) >= PASSAGE_MIN_CHARS // 2]
+
+
+def _clean(text: str) -> str:
+    text = _MARKUP.sub(" ", text)
+    text = re.sub(r"`([^`]*)`", r"\1", text) if text.count("`") % 2 == 0 else text.replace("`", "")
+    return re.sub(r"\s+([.,;:!?])(?=\s|$)", r"\1", " ".join(text.split()))
+
+
+def _code_passages(n: int, code: str, order: int) -> list[Passage]:
+    """Runs of up to 3 non-blank lines, each run one passage (its lines kept as they are)."""
+    lines = [line.rstrip() for line in code.splitlines()]
+    out: list[Passage] = []
+    run: list[str] = []
+    for line in lines + [""]:
+        if line.strip() and len(run) < 3:
+            run.append(line)
+            continue
+        if run:
+            out.append(Passage(n=n, text="\n".join(run), order=order + len(out), code=True))
+        run = [line] if line.strip() else []
+    return out
+
+
+EMBEDDED_CHARS = 200  # of a passage embedded (~50 tokens): 10 passages cost ~150 ms on one core
+
+
+def embedding_text(title: str, text: str) -> str:
+    """What is embedded for a passage: its block title's last part (a page's heading, not its
+    whole path) and the passage's first ``EMBEDDED_CHARS`` characters."""
+    heading = title.rsplit(" > ", 1)[-1][:80]
+    return f"{heading}: {' '.join(text.split())[:EMBEDDED_CHARS]}"
+
+
+def lexeme_sets(texts: Sequence[str]) -> list[frozenset[str]]:
+    """PostgreSQL's English lexemes of each text (``to_tsvector('english', text)``), in order.
+
+    One statement for all texts; reads no table, so it needs no tenant context."""
+    if not texts:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tsvector_to_array(to_tsvector('english', t)) FROM unnest(%s::text[]) WITH ORDINALITY AS u(t, i) "
+            "ORDER BY i",
+            [[t.replace("\x00", " ") for t in texts]],
+        )
+        return [frozenset(row[0]) for row in cursor.fetchall()]
+
+
+def question_weights(question_lexemes: frozenset[str], df: dict[str, int], n_rows: int) -> dict[str, float]:
+    """``{lexeme: idf / ln(N + 1)}`` for the question's lexemes (see the module docstring).
+
+    A hyphenated or slashed compound (``built-in``, ``read-only``) whose parts the question also
+    yields is left out: its parts carry it, and a text writing "built in" still holds them."""
+    log_n = math.log(n_rows + 1) or 1.0
+    weights = {}
+    for lexeme in question_lexemes:
+        parts = [p for p in re.split(r"[-/]", lexeme) if p]
+        if len(parts) > 1 and any(p in question_lexemes for p in parts):
+            continue
+        weights[lexeme] = math.log((n_rows + 1) / (df.get(lexeme, 0) + 1)) / log_n
+    return weights
+
+
+def score_evidence(
+    question: str,
+    evidence: Sequence[Evidence],
+    *,
+    df: dict[str, int],
+    n_rows: int,
+    question_vector: Sequence[float] | None = None,
+    embed=None,
+) -> ScoredEvidence:
+    """Score the passages of the first ``BLOCKS_READ`` relevant blocks of ``evidence`` against ``question``.
+
+    ``df`` and ``n_rows`` are the scope's document frequencies and row count
+    (``search.retrieval.query_terms``). With ``question_vector`` and ``embed`` (texts -> unit
+    vectors), the ``EMBEDDED_PER_BLOCK`` best-covered passages of each block get a
+    ``similarity``: at most ``BLOCKS_READ * EMBEDDED_PER_BLOCK`` texts are embedded, in one call
+    (a transformer's cost grows with the tokens it reads: this is the gate's largest cost).
+    """
+    blocks = [ev for ev in evidence if ev.is_relevant][:BLOCKS_READ]
+    per_block = [block_passages(ev) for ev in blocks]
+    passages = [p for ps in per_block for p in ps]
+    block_texts = [f"{ev.title}\n{ev.text}\n{ev.context}" for ev in blocks]
+    lexemes = lexeme_sets([question, *block_texts, *[ev.title for ev in blocks], *[p.text for p in passages]])
+    q_lexemes, rest = lexemes[0], lexemes[1:]
+    block_lex, title_lex, passage_lex = (
+        rest[: len(blocks)],
+        rest[len(blocks) : 2 * len(blocks)],
+        rest[2 * len(blocks) :],
+    )
+    scored = ScoredEvidence(weights=question_weights(q_lexemes, df, n_rows))
+    titles = {}
+    for ev, lx, tl in zip(blocks, block_lex, title_lex, strict=True):
+        scored.block_lexemes[ev.n] = lx
+        scored.block_coverage[ev.n] = scored.coverage_of(lx)
+        titles[ev.n] = (ev.title, tl)
+    for p, lx in zip(passages, passage_lex, strict=True):
+        p.lexemes = lx
+        p.coverage = scored.coverage_of(lx | titles[p.n][1])
+    scored.passages = passages
+    if question_vector is not None and embed is not None and passages:
+        chosen: list[Passage] = []
+        for ps in per_block:
+            candidates = [p for p in ps if not p.heading] or ps
+            chosen.extend(sorted(candidates, key=lambda p: (-p.coverage, p.order))[:EMBEDDED_PER_BLOCK])
+        vectors = embed([embedding_text(titles[p.n][0], p.text) for p in chosen])
+        for p, vector in zip(chosen, vectors, strict=True):
+            p.similarity = float(sum(a * b for a, b in zip(question_vector, vector, strict=True)))
+    return scored

@@ -1,0 +1,117 @@
+"""Text patterns the answer pipeline, its tools and retrieval share: citations, words and terms,
+identifiers, stop words.
+
+Words are Unicode: "Bienenstöcke" and "São" are one word each, never split at a non-ASCII letter.
+"""
+
+from __future__ import annotations
+
+import re
+
+# -- citations ----------------------------------------------------------------------------------
+
+CITATION = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")  # "[2]", "[1, 3]": one citation, its numbers in group 1
+CITATION_PREFIX = re.compile(r"\[(?:\d+(?:\s*,\s*\d+)*\s*(?:,\s*)?)?")  # what may still become a citation
+_CITATION_LIKE = re.compile(r"\[\s*\d+(?:\s*,\s*\d+)*\s*\]")
+
+
+def without_citations(text: str) -> str:
+    """``text`` with every ``[n]`` / ``[n, m]`` replaced by a space."""
+    return _CITATION_LIKE.sub(" ", text)
+
+
+def neutralize_citations(text: str) -> str:
+    """Document text made safe to quote in an answer or a prompt: a ``[3]`` of its own would read
+    as one of our citations, so it becomes ``(3)``."""
+    return _CITATION_LIKE.sub(lambda m: "(" + m.group(0)[1:-1].strip() + ")", text)
+
+
+# -- words and terms ----------------------------------------------------------------------------
+
+WORD = re.compile(r"(?:[^\W\d]|_)\w*")  # a Unicode word: a letter or "_" first, then letters, digits, "_"
+STOP_WORDS = frozenset(
+    """a an and are as at be by can do does for from has have how i if in is it its my of on or our so that the
+    their then there these this to was we what when where which who whom whose why will with you your me should
+    would could get use using about into out up any all one not no than way make sure find know need want
+    tell us please""".split()
+)
+STEM_CHARS = 6  # content_terms' crude stem: the first 6 characters of a word
+_WITH_DIGIT = re.compile(r"[^\W_][\w/.:-]*")
+
+
+def content_terms(text: str) -> set[str]:
+    """The content words of ``text``: lower-cased, stop words and words under 3 characters left out,
+    each cut to its first ``STEM_CHARS`` characters (a crude stem: "deployments" and "deployed"
+    meet); and whole, lower-cased, every token holding a digit ("6/1", "18:00", "eu-west-3",
+    "v2.2.3"), trailing punctuation dropped, of 2 characters or more: dates, times, versions and
+    ids are what many answers state. Unicode words stay whole ("bienenstöcke" -> "bienen")."""
+    words = {w.lower()[:STEM_CHARS] for w in WORD.findall(text) if len(w) > 2 and w.lower() not in STOP_WORDS}
+    numbers = {t.rstrip("/.:-").lower() for t in _WITH_DIGIT.findall(text) if any(c.isdigit() for c in t)}
+    return words | {t for t in numbers if len(t) > 1}
+
+
+# -- identifiers and specific terms -----------------------------------------------------------
+
+# Spans a question quotes: `code`, "phrase", “phrase”.
+QUOTED = re.compile(r"`([^`\n]{1,200})`|\"([^\"\n]{1,200})\"|“([^”\n]{1,200})”")
+# A token of a question: a Unicode word, with inner ".", "-", "/", "'" kept ("HTTP/3", "ZEBRA-4471").
+TOKEN = re.compile(r"_*[^\W_][\w.\-/'’]*[^\W_]|[^\W_]")
+# Numbers written with letters are still numbers: "401s", "1990s", "v2", "v2.2.x", "3.x".
+_NUMBER_LIKE = re.compile(r"\d+s|v?\d+(?:\.(?:\d+|x))*", re.I)
+
+
+def _is_specific(token: str, *, acronyms: bool = True) -> bool:
+    """An identifier rather than a word: letters and digits mixed (``HTTP/3``, ``CO2e``, ``H100``,
+    ``ZEBRA-4471``), ``snake_case``, ``camelCase`` / ``CamelCase`` with two humps, a dotted name
+    (``app.state``), or an acronym of 2+ capitals (``CSRL``). A number is not, however written
+    (``3.12``, ``401s``, ``v2.2.x``)."""
+    letters = [c for c in token if c.isalpha()]
+    if not letters or _NUMBER_LIKE.fullmatch(token):
+        return False
+    if any(c.isdigit() for c in token) or "_" in token.strip("_"):
+        return True
+    if re.search(r"[a-z][A-Z]", token) or re.search(r"\w\.\w", token):
+        return True
+    return acronyms and len(letters) >= 2 and all(c.isupper() for c in letters)
+
+
+def specific_terms(question: str, *, acronyms: bool = True) -> list[str]:
+    """The identifiers, codes and quoted phrases ``question`` names, in order, each once (case-insensitively):
+    quoted or back-ticked spans whole, and tokens :func:`_is_specific` finds. These name one thing
+    exactly, so evidence that does not hold them is about something else. ``acronyms=False``
+    leaves out words in capitals (``PR``, ``README``, ``VPC``), which are often plain words."""
+    found: list[str] = []
+    seen: set[str] = set()
+
+    def add(term: str) -> None:
+        term = term.strip(" .,;:!?()[]{}'\"")
+        if term and term.lower() not in seen:
+            seen.add(term.lower())
+            found.append(term)
+
+    for match in QUOTED.finditer(question):
+        add(next(g for g in match.groups() if g is not None))
+    rest = QUOTED.sub(" ", question)
+    for token in TOKEN.findall(rest):
+        token = re.sub(r"['’]s$", "", token).strip(".-/'")  # "FastAPI's" names FastAPI
+        parts = token.split("/")
+        if len(parts) > 1 and all(_is_specific(p, acronyms=acronyms) for p in parts):
+            for part in parts:  # "H100/A100" names two things
+                add(part)
+        elif token and _is_specific(token, acronyms=acronyms):
+            add(token)
+    return found
+
+
+def holds_term(text: str, term: str) -> bool:
+    """``term`` occurs in ``text`` as a whole token or at the start of a longer identifier
+    (``Jinja2`` in ``Jinja2Templates``, ``should_embed`` in ``_should_embed_body``),
+    case-insensitively, with any run of spaces, hyphens or underscores between its parts matching
+    any other (``ZEBRA-4471`` = ``zebra 4471``, ``kv_crc`` = ``kv-crc``)."""
+    parts = [re.escape(p) for p in re.split(r"[\s_\-]+", term.strip()) if p]
+    if not parts:
+        return False
+    # Not preceded by a letter or digit; followed by no lower-case letter or digit (an upper-case
+    # letter or "_" starts the next part of an identifier).
+    pattern = r"(?<![^\W_])" + r"[\s_\-]*".join(parts) + r"(?!(?-i:[^\W_A-Z]))"
+    return re.search(pattern, text, re.I) is not None
