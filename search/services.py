@@ -208,7 +208,7 @@ def ask(question: str, scope: QueryScope, *, limit: int = 10) -> AskResult:
     Raises ``search.retrieval.InvalidQuery`` for a blank or too long question. Timings are in milliseconds.
     """
     for event in ask_stream(question, scope, limit=limit):
-        if event.type == "done":
+        if event.type == "done" and event.result is not None:
             return event.result
     raise AssertionError("ask_stream ended without a done event")
 

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-SHARED = (Path(__file__).resolve().parent.parent.parent / "shared").resolve()
+# ../shared beside the project (evaluation sets, corpora); KB_SHARED_DIR points elsewhere (a path
+# that does not exist shows what a bare clone runs).
+SHARED = Path(os.environ.get("KB_SHARED_DIR") or Path(__file__).resolve().parent.parent.parent / "shared").resolve()
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +39,7 @@ def django_db_setup(django_test_environment, django_db_blocker):
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     if not SHARED.exists():
-        pytest.fail(f"the shared data folder {SHARED} is missing (expected beside the project)")
+        pytest.skip(f"needs the shared data folder {SHARED} (../shared beside the project: corpora, evaluation sets)")
     return SHARED
 
 

@@ -18,7 +18,7 @@ import math
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -694,7 +694,7 @@ def dense_ranking(
     return rows
 
 
-def rrf_fuse(rankings: dict[str, Sequence[int]], *, k: int = RRF_K, weights: dict[str, float] | None = None):
+def rrf_fuse(rankings: Mapping[str, Sequence[int]], *, k: int = RRF_K, weights: dict[str, float] | None = None):
     """Reciprocal rank fusion: ``{id: sum_r w_r / (k + rank_r)}`` with 1-based ranks.
 
     Returns ``(scores, ranks)`` where ``ranks[id][ranker]`` is the id's rank in that list.
@@ -721,7 +721,11 @@ def recency_ranks(hits: Iterable[Hit]) -> dict[int, int]:
     copied at one moment, gets no order from it), and rows without a date get none. Only
     candidates other rankers found are ranked: recency breaks ties, it never adds rows.
     """
-    dated = sorted((h for h in hits if h.updated_at is not None), key=lambda h: h.updated_at, reverse=True)
+    dated = sorted(
+        (h for h in hits if h.updated_at is not None),
+        key=lambda h: h.updated_at or datetime.min,  # every one here has a date
+        reverse=True,
+    )
     out: dict[int, int] = {}
     rank, previous = 0, None
     for hit in dated:

@@ -225,12 +225,12 @@ def test_evidence_with_no_value_of_the_asked_form_cannot_answer(kb):
 @pytest.mark.parametrize(
     ("reply", "decided_by", "status"),
     [
-        ('{"verdict": "no"}', "llm", NOT_FOUND),
-        ('{"verdict": "partly"}', "llm", PARTIAL),
+        ('{"answer": "no"}', "evidence and llm", NOT_FOUND),  # the LLM's "no" declines what the model allowed
+        ('{"answer": "yes"}', "evidence and llm", ANSWERED),
         ("the evidence looks fine to me", "evidence", ANSWERED),  # not JSON: the model decides
     ],
 )
-def test_the_llm_sufficiency_judgement_decides_and_falls_back_to_the_model(kb, settings, reply, decided_by, status):
+def test_the_llm_sufficiency_judgement_can_decline_and_falls_back_to_the_model(kb, settings, reply, decided_by, status):
     scope = scope_for_user(kb.acme.admin)
     question = "How do I deploy the billing service?"
     evidence = [_block(1, "Runbook > Deploying the billing service",
@@ -247,12 +247,24 @@ def test_the_llm_sufficiency_judgement_decides_and_falls_back_to_the_model(kb, s
 
 
 @pytest.mark.django_db
+def test_the_llm_is_not_asked_when_the_evidence_model_already_declines(kb, settings):
+    evidence = [_block(1, "Handbook > Vacation policy", "Employees get twenty-five days of paid vacation per year.",
+                       lexical_rank=1, dense_rank=1, similarity=0.2)]  # fmt: skip
+    with FakeOpenAIServer(lambda body: '{"answer": "yes"}') as server:
+        settings.OPENAI_BASE_URL, settings.KB_LLM_MODEL = server.base_url, "m"
+        question = "What is the guest wifi password in the Berlin office?"
+        verdict = judge(question, evidence, scope_for_user(kb.acme.admin))
+        assert server.requests == []
+    assert verdict.status == NOT_FOUND and verdict.decided_by == "evidence"
+
+
+@pytest.mark.django_db
 def test_a_slow_sufficiency_judgement_is_abandoned_for_the_model(kb, settings):
     import time
 
     def slow(body):
         time.sleep(1.5)
-        return '{"verdict": "no"}'
+        return '{"answer": "no"}'
 
     evidence = [_block(1, "Runbook > Deploying the billing service", "To deploy the billing service run make release.",
                        lexical_rank=1, dense_rank=1, similarity=0.8)]  # fmt: skip
@@ -261,4 +273,4 @@ def test_a_slow_sufficiency_judgement_is_abandoned_for_the_model(kb, settings):
         t0 = time.perf_counter()
         verdict = judge("How do I deploy the billing service?", evidence, scope_for_user(kb.acme.admin))
     assert time.perf_counter() - t0 < 1.4
-    assert verdict.decided_by == "evidence"
+    assert verdict.decided_by == "evidence" and verdict.status == ANSWERED
