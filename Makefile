@@ -2,11 +2,12 @@
 #   make demo   - install, start the embedded database, ingest real data, serve, answer two questions
 #   make test   - install and run the test suite
 # Extra demo data: make demo ARGS="--slack-export ../shared/corpora/slack-export-houston --docs PATH"
+# For contributors: make test-fast (the edit-test loop), make check (lint, types, migrations).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint install
+.PHONY: demo test test-fast lint typecheck migrations-check check install install-dev
 
 install: $(VENV)/.installed
 
@@ -15,11 +16,30 @@ $(VENV)/.installed: requirements.txt
 	$(BIN)/pip install --disable-pip-version-check -q --progress-bar off -r requirements.txt
 	touch $@
 
+install-dev: $(VENV)/.installed-dev
+
+$(VENV)/.installed-dev: requirements.txt requirements-dev.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --disable-pip-version-check -q --progress-bar off -r requirements-dev.txt
+	touch $(VENV)/.installed $@
+
 demo: install
 	$(BIN)/python manage.py demo $(ARGS)
 
-test: install
+test: install-dev
 	$(BIN)/python -m pytest -q $(ARGS)
 
-lint: install
+# Everything but the tests marked slow (those ingesting a real corpus).
+test-fast: install-dev
+	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
+
+lint: install-dev
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+typecheck: install-dev
+	$(BIN)/mypy kbportal projects sources search
+
+migrations-check: install-dev
+	$(BIN)/python manage.py makemigrations --check --dry-run
+
+check: lint typecheck migrations-check

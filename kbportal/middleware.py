@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from django.http import FileResponse, HttpRequest, HttpResponseBase
+from django.http import FileResponse, HttpRequest, HttpResponseBase, StreamingHttpResponse
 
 REQUEST_ID_HEADER = "X-Request-ID"
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{8,64}")
@@ -62,13 +62,17 @@ class RequestIdMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
-        request.request_id = request_id_for(request)
+        request.request_id = request_id_for(request)  # type: ignore[attr-defined]
         token = _current_request.set(request)
         try:
             response = self.get_response(request)
         finally:
             _current_request.reset(token)
-        response[REQUEST_ID_HEADER] = request.request_id
-        if response.streaming and not response.is_async and not isinstance(response, FileResponse):
-            response.streaming_content = _in_request(request, response.streaming_content)
+        response[REQUEST_ID_HEADER] = request.request_id  # type: ignore[attr-defined]
+        if (
+            isinstance(response, StreamingHttpResponse)
+            and not isinstance(response, FileResponse)
+            and not response.is_async
+        ):
+            response.streaming_content = _in_request(request, response.streaming_content)  # type: ignore[arg-type]  # not async: an iterator
         return response

@@ -98,7 +98,7 @@ class TenantScopedQuerySet(models.QuerySet):
     pass
 
 
-class TenantScopedManager(models.Manager.from_queryset(TenantScopedQuerySet)):
+class TenantScopedManager(models.Manager.from_queryset(TenantScopedQuerySet)):  # type: ignore[misc]
     """Default manager of tenant-owned models: filters by the current tenant, raises without one.
 
     Raises :class:`TenantContextMissing` when used outside :func:`tenant_context`. Django uses

@@ -79,8 +79,8 @@ class ApiTokenAdmin(OwnerDatabaseAdmin):
                     "revoked_at", "last_used_at"]  # fmt: skip
     list_filter = ["tenant"]
     search_fields = ["name", "prefix", "user__username"]
-    fields = ["tenant", "user", "name", "display_prefix", "project", "created_at", "expires_at", "revoked_at",
-              "last_used_at"]  # fmt: skip
+    fields = ("tenant", "user", "name", "display_prefix", "project", "created_at", "expires_at", "revoked_at",
+              "last_used_at")  # fmt: skip
     readonly_fields = fields
     actions = ["revoke"]
 

@@ -294,10 +294,14 @@ def project_queryset_for_token(identity: TokenIdentity) -> QuerySet[Project]:
     """
     _require_tenant_context()
     if identity.user is None:
-        return Project.objects.filter(pk=identity.project_id)
-    readable = project_queryset_readable(user_id=identity.user_id)
+        return (
+            Project.objects.filter(pk=identity.project_id)
+            if identity.project_id is not None
+            else Project.objects.none()
+        )
+    readable = project_queryset_readable(user_id=identity.user.pk)
     if identity.project_pinned:
-        return readable.filter(pk=identity.project_id)
+        return readable.filter(pk=identity.project_id) if identity.project_id is not None else readable.none()
     return readable
 
 

@@ -54,11 +54,11 @@ def onboarding(request: HttpRequest) -> HttpResponse:
                     return redirect("search:ask")
             else:
                 by_id = {str(p.public_id): p for p in projects}
-                project = by_id.get(request.POST.get("project", ""))
-                if project is None:
+                chosen = by_id.get(request.POST.get("project", ""))
+                if chosen is None:
                     raise ProjectNotFound("choose one of the listed projects")
-                profile_set_default_project(user=request.user, tenant_id=tenant_id, project_id=project.pk)
-                messages.success(request, f"Your default project is now {project.name}.")
+                profile_set_default_project(user=request.user, tenant_id=tenant_id, project_id=chosen.pk)
+                messages.success(request, f"Your default project is now {chosen.name}.")
                 return redirect("search:ask")
         except ProjectNotFound as exc:
             messages.error(request, str(exc))

@@ -150,13 +150,15 @@ def evaluate(
     ``report["by_type"][type]`` and ``report["overall"]`` hold n, recall@1/3/10, MRR, nDCG@10;
     ``report["latency_ms"]`` p50/p95 of search time; ``report["questions"]`` per-question rows.
     """
-    kwargs = {"rankers": tuple(rankers)} if rankers else {}
     results: list[QuestionResult] = []
     for q in questions:
         if not q.gold:
             continue
         t0 = time.perf_counter()
-        hits = hybrid_search(q.text, scope, limit=limit, rerank=rerank, **kwargs).hits
+        if rankers:
+            hits = hybrid_search(q.text, scope, limit=limit, rerank=rerank, rankers=tuple(rankers)).hits
+        else:
+            hits = hybrid_search(q.text, scope, limit=limit, rerank=rerank).hits
         results.append(score_question(q, hits, (time.perf_counter() - t0) * 1000))
 
     def summary(rows: list[QuestionResult]) -> dict[str, float]:

@@ -47,7 +47,6 @@ from sources.selectors import QueryScope, scope_for_token
 
 SERVER_NAME = "kbportal"
 MAX_LIMIT = 20
-EVIDENCE_TOOLS = ("search", "search_slack", "search_code", "recent_prs")
 
 T = TypeVar("T")
 
@@ -223,7 +222,7 @@ def build_server(*, stdio_token: str | None = None, http_url: str | None = None)
         auth_kwargs = {
             "token_verifier": ApiTokenVerifier(),
             # The portal issues its own tokens; no OAuth metadata routes (resource_server_url None).
-            "auth": AuthSettings(issuer_url=http_url, resource_server_url=None),
+            "auth": AuthSettings(issuer_url=http_url, resource_server_url=None),  # type: ignore[arg-type]  # pydantic parses it
         }
     server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING", **auth_kwargs)
 

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.serializers.json import DjangoJSONEncoder
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
@@ -142,7 +142,7 @@ def ask_page(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_GET
-def ask_stream_view(request: HttpRequest) -> HttpResponse:
+def ask_stream_view(request: HttpRequest) -> HttpResponseBase:
     """``GET /ask/stream?q=...&project=...``: the answer as server-sent events (see ``AskEvent``).
 
     404 for a project the user may not use; 400 for a blank question; 403 for a request from
@@ -272,13 +272,13 @@ def document_page(request: HttpRequest, source_public_id) -> HttpResponse:
 # ---------- the tenant admins' pages: audit log and analytics -----------------------------------
 
 
-def _admin_tenant_or_404(request: HttpRequest) -> tuple[int | None, HttpResponse | None]:
-    """``(tenant id, None)`` when the user is an owner or admin of their tenant, else
-    ``(None, 404 page)``: members and people without an organization are not told the page exists."""
+def _admin_tenant_or_404(request: HttpRequest) -> int | HttpResponse:
+    """The tenant id when the user is an owner or admin of their tenant, else a 404 page: members
+    and people without an organization are not told the page exists."""
     tenant_id = user_tenant_id(request.user)
     if tenant_id is None or not user_is_tenant_admin(request.user, tenant_id):
-        return None, render(request, "search/not_found.html", {"message": "no such page"}, status=404)
-    return tenant_id, None
+        return render(request, "search/not_found.html", {"message": "no such page"}, status=404)
+    return tenant_id
 
 
 class AuditFilterForm(forms.Form):
@@ -305,9 +305,9 @@ class AuditFilterForm(forms.Form):
 def audit_page(request: HttpRequest) -> HttpResponse:
     """``/audit/``: the tenant's audit log, newest first, 50 a page, filtered by action, actor,
     UTC date range and text in the details. Owners and admins of the tenant only (404 otherwise)."""
-    tenant_id, response = _admin_tenant_or_404(request)
-    if response is not None:
-        return response
+    tenant_id = _admin_tenant_or_404(request)
+    if isinstance(tenant_id, HttpResponse):
+        return tenant_id
     form = AuditFilterForm(request.GET)
     form.is_valid()
     filters = form.filters()
@@ -340,20 +340,20 @@ def _audit_csv(tenant_id: int, filters: AuditFilters) -> Iterator[str]:
 
 @login_required
 @require_GET
-def audit_export(request: HttpRequest) -> HttpResponse:
+def audit_export(request: HttpRequest) -> HttpResponseBase:
     """``/audit/export.csv``: every event matching the page's filters, streamed as CSV (UTF-8,
     header row ``AUDIT_CSV_HEADER``). Owners and admins only (404); invalid filters: 400."""
-    tenant_id, response = _admin_tenant_or_404(request)
-    if response is not None:
-        return response
+    tenant_id = _admin_tenant_or_404(request)
+    if isinstance(tenant_id, HttpResponse):
+        return tenant_id
     form = AuditFilterForm(request.GET)
     if not form.is_valid():
-        errors = "; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in form.errors.items())
+        errors = "; ".join(f"{field}: {' '.join(str(m) for m in msgs)}" for field, msgs in form.errors.items())
         return HttpResponse(errors, status=400, content_type="text/plain")
-    response = StreamingHttpResponse(_audit_csv(tenant_id, form.filters()), content_type="text/csv; charset=utf-8")
+    stream = StreamingHttpResponse(_audit_csv(tenant_id, form.filters()), content_type="text/csv; charset=utf-8")
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
-    response["Content-Disposition"] = f'attachment; filename="audit-{stamp}.csv"'
-    return response
+    stream["Content-Disposition"] = f'attachment; filename="audit-{stamp}.csv"'
+    return stream
 
 
 # Charts: geometry here, markup (auto-escaped) in templates/search/_chart.html.
@@ -466,9 +466,9 @@ def analytics_page(request: HttpRequest) -> HttpResponse:
     questions, feedback, most-cited documents and sources, active users (``search.analytics``),
     as inline SVG charts beside tables of the same numbers. Owners and admins only (404); an
     unknown project is 404 too; ``days`` is 1..365 (default 30)."""
-    tenant_id, response = _admin_tenant_or_404(request)
-    if response is not None:
-        return response
+    tenant_id = _admin_tenant_or_404(request)
+    if isinstance(tenant_id, HttpResponse):
+        return tenant_id
     projects = project_list_for_user(request.user)
     slug = request.GET.get("project") or None
     project = next((p for p in projects if p.slug == slug), None)

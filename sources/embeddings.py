@@ -54,7 +54,7 @@ class SentenceTransformerEmbedder(Embedder):
         self._model = SentenceTransformer(model_path, device="cpu")
         self._lock = threading.Lock()
         get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
-        self.dim = int(get_dim())
+        self.dim = int(get_dim() or 0)
         self.batch_size = batch_size
 
     def embed(self, texts: list[str]) -> list[list[float]]:

@@ -29,7 +29,9 @@ class DataSource(TenantOwned):
     include = models.JSONField(default=list, blank=True, help_text="Path globs to index (empty: all).")
     exclude = models.JSONField(default=list, blank=True, help_text="Path globs to skip.")
     sync_interval_minutes = models.PositiveIntegerField(default=60)
-    projects = models.ManyToManyField("projects.Project", through="ProjectSource", related_name="sources", blank=True)
+    projects: models.ManyToManyField = models.ManyToManyField(
+        "projects.Project", through="ProjectSource", related_name="sources", blank=True
+    )
     generation = models.PositiveIntegerField(default=0)
     last_synced_at = models.DateTimeField(null=True, blank=True)
     indexed_rows = models.PositiveIntegerField(default=0, help_text="Rows after the last run (for IDF).")

@@ -25,7 +25,7 @@ from kbportal.tenancy import tenant_context
 from sources.connectors.base import ConnectorError, DocumentRow, IngestReport
 from sources.connectors.registry import build_connector, secret_fields
 from sources.connectors.slack_rows import ts_key, valid_ts
-from sources.embeddings import get_embedder
+from sources.embeddings import Embedder, get_embedder
 from sources.models import DataSource, Document, IngestionRun, ProjectSource, SlackEventSeen
 from sources.scheduling import run_claim, run_refuse, source_health_record, source_run_lock
 from sources.text import identifier_terms
@@ -107,7 +107,7 @@ def config_merge_secrets(*, kind: str, old: dict[str, Any], new: dict[str, Any],
             merged[key] = stored
         elif is_encrypted(stored) and isinstance(value, str) and not is_encrypted(value):
             try:
-                same = decrypt_value(stored, label=label, field=key) == value
+                same = decrypt_value(str(stored), label=label, field=key) == value
             except SecretsError:
                 same = False
             merged[key] = stored if same else value
@@ -197,7 +197,7 @@ class _Batcher:
         self.counts: dict[str, int] = {"seen": 0, "created": 0, "updated": 0, "unchanged": 0, "embedded": 0}
         self.pending: list[DocumentRow] = []
         self.seen_ids: set[str] = set()
-        self.embedder = None
+        self.embedder: Embedder | None = None
 
     def add(self, row: DocumentRow, report: IngestReport) -> None:
         if not row.external_id:
@@ -467,7 +467,7 @@ def source_refresh_champions(
     lexeme too common to rank every row holding it.
     """
     source_id = int(source_id)
-    params = {"s": source_id, "min_df": min_df, "n": per_term, "k1": BM25_K1, "b": BM25_B}
+    params: dict[str, Any] = {"s": source_id, "min_df": min_df, "n": per_term, "k1": BM25_K1, "b": BM25_B}
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE sources_termstat SET champions = NULL WHERE source_id = %s AND champions IS NOT NULL", [source_id]
@@ -648,7 +648,7 @@ def _term_stats_adjust(tenant_id: int, source_id: int, document_ids: list[int], 
         WHERE d.id = ANY(%(ids)s) AND d.source_id = %(source)s AND length(lexeme) <= 255
         GROUP BY lexeme
     """
-    params = {"ids": list(document_ids), "source": source_id, "tenant": tenant_id}
+    params: dict[str, Any] = {"ids": list(document_ids), "source": source_id, "tenant": tenant_id}
     with connection.cursor() as cursor:
         if sign > 0:
             cursor.execute(
@@ -790,7 +790,7 @@ def slack_thread_refresh(*, tenant_id: int, source_id: int, channel: str, thread
         source = DataSource.objects.get(pk=source_id)
     if source.kind != "slack":
         raise ConnectorError(f"data source {source.slug!r} is a {source.kind!r} source, not 'slack'")
-    connector = build_connector(
+    connector: Any = build_connector(  # a SlackConnector (checked above), which refreshes threads
         source.kind, source.config, include=source.include, exclude=source.exclude, source_label=source_label(source)
     )
     _connector_bind(connector, tenant_id=tenant_id, source_id=source_id)

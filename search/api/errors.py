@@ -89,7 +89,7 @@ def _body(exc: exceptions.APIException, rid: str) -> dict[str, Any]:
     if isinstance(exc, exceptions.AuthenticationFailed | exceptions.NotAuthenticated):
         body["reason"] = getattr(exc, "reason", body["code"])
     if isinstance(exc, exceptions.Throttled):
-        body["retry_after"] = exc.wait
+        body["retry_after"] = exc.wait  # type: ignore[attr-defined]  # set by Throttled.__init__
     return body
 
 
@@ -126,7 +126,7 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         set_rollback()
         response = Response(_server_error_body(rid), status=500)
     else:
-        response.data = _body(exc, rid)
+        response.data = _body(exc, rid)  # type: ignore[arg-type]  # DRF answered it: an APIException or Http404
     response["X-Request-ID"] = rid
     if request is not None:
         # An error to an event-stream (or any other) request is still a JSON document.

@@ -212,7 +212,7 @@ def analytics_for_caller(caller: ApiCaller, *, project_slug: str | None = None, 
     project only, and by default). Raises ``AnalyticsForbidden`` (-> 403) for a member or a
     service token, then ``ScopeNotFound`` (-> 404) for a project the caller may not use.
     """
-    if not caller_is_tenant_admin(caller):
+    if not caller_is_tenant_admin(caller) or caller.tenant_id is None:
         raise AnalyticsForbidden("only an owner or admin of the organization can read its analytics")
     if caller.identity is not None and caller.identity.project_pinned:
         project_slug = project_slug or caller.identity.project_slug

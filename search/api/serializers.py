@@ -8,6 +8,8 @@ already build (``AskResult.as_dict``, ``Evidence.as_dict``, ``Expert.as_dict``).
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from search.analytics import ANALYTICS_DAYS_MAX
@@ -73,7 +75,7 @@ class SourcesQuerySerializer(serializers.Serializer):
 
 
 class RunsQuerySerializer(serializers.Serializer):
-    source = serializers.SlugField(
+    source: Any = serializers.SlugField(
         max_length=SLUG_MAX, required=False, help_text="Only runs of this data source (slug)."
     )
     limit = serializers.IntegerField(min_value=1, max_value=RUNS_LIMIT_MAX, default=50, help_text="How many runs.")
@@ -103,7 +105,7 @@ class ErrorSerializer(serializers.Serializer):
     field = serializers.CharField(allow_null=True, help_text="The body field or query parameter at fault, if one.")
     code = serializers.CharField(help_text="invalid, required, not_found, revoked, throttled, server_error, ...")
     request_id = serializers.CharField(help_text="Also the X-Request-ID header; quote it when reporting a 500.")
-    errors = serializers.DictField(
+    errors: Any = serializers.DictField(
         child=serializers.JSONField(), required=False, help_text="400: every field's messages."
     )
     reason = serializers.CharField(
@@ -125,7 +127,9 @@ class EvidenceSerializer(serializers.Serializer):
     start_line = serializers.IntegerField(allow_null=True)
     end_line = serializers.IntegerField(allow_null=True)
     text = serializers.CharField(allow_blank=True, help_text="The block's text, at most 1,200 characters.")
-    context = serializers.CharField(allow_blank=True, help_text="Neighbouring context (sections, signature, thread).")
+    context: Any = serializers.CharField(
+        allow_blank=True, help_text="Neighbouring context (sections, signature, thread)."
+    )
     score = serializers.FloatField(help_text="Fused retrieval score (unitless, higher is better).")
     tool = serializers.CharField()
     updated_at = serializers.DateTimeField(allow_null=True, help_text="Last activity, ISO 8601.")
@@ -145,7 +149,7 @@ class PlanSerializer(serializers.Serializer):
     planner = serializers.CharField(help_text="llm, rules or fallback")
     tools = serializers.ListField(child=serializers.CharField())
     calls = PlannedCallSerializer(many=True)
-    errors = serializers.ListField(child=serializers.CharField())
+    errors: Any = serializers.ListField(child=serializers.CharField())
 
 
 class AskEventSerializer(serializers.Serializer):
@@ -155,7 +159,7 @@ class AskEventSerializer(serializers.Serializer):
         choices=["plan", "tools", "evidence", "token", "done", "failed"],
         help_text="In order: plan, tools, evidence, token (zero or more), done; failed if the answer broke.",
     )
-    data = serializers.CharField(
+    data: Any = serializers.CharField(
         help_text="One line of JSON: token {text}; done {answer_id, text, answered, cited, sources, timings_ms, ...}."
     )
 
@@ -209,7 +213,7 @@ class ProjectListSerializer(serializers.Serializer):
 
 class RunSerializer(serializers.Serializer):
     id = serializers.IntegerField()
-    source = serializers.CharField(source="source.slug", help_text="The data source's slug.")
+    source: Any = serializers.CharField(source="source.slug", help_text="The data source's slug.")
     status = serializers.ChoiceField(choices=IngestionRun.Status.choices)
     seen = serializers.IntegerField(help_text="Rows the connector produced.")
     created = serializers.IntegerField()
@@ -259,7 +263,7 @@ class SourceListSerializer(serializers.Serializer):
 
 class SyncQueuedSerializer(serializers.Serializer):
     run_id = serializers.IntegerField(help_text="The queued run; follow it with GET /api/v1/runs?source=...")
-    source = serializers.CharField()
+    source: Any = serializers.CharField()
     status = serializers.CharField(help_text="queued")
 
 
@@ -294,7 +298,7 @@ class CitedDocumentSerializer(serializers.Serializer):
     title = serializers.CharField(allow_blank=True, help_text="Empty when removed or restricted from you.")
     url = serializers.CharField(allow_blank=True)
     kind = serializers.CharField(allow_blank=True)
-    source = serializers.CharField(allow_blank=True, help_text="Its data source's slug.")
+    source: Any = serializers.CharField(allow_blank=True, help_text="Its data source's slug.")
     readable = serializers.BooleanField(help_text="False: removed since, or restricted to other principals.")
 
 

@@ -50,7 +50,7 @@ def source_sync_request(*, actor: ApiCaller, source_slug: str) -> IngestionRun:
 
 def _presented_prefix(request: HttpRequest) -> str | None:
     """The public prefix of a bearer token the request presented, even a refused one."""
-    header = get_authorization_header(request).split()
+    header = get_authorization_header(request).split()  # type: ignore[arg-type]  # reads request.META only
     if len(header) != 2 or header[0].lower() != b"bearer":
         return None
     try:
@@ -70,6 +70,7 @@ def api_call_record(*, request: HttpRequest, response: HttpResponseBase, ms: flo
     """
     auth = getattr(request, "auth", None)
     user = getattr(request, "user", None)
+    tenant_id: int | None
     if isinstance(auth, TokenIdentity):
         tenant_id, actor, prefix = auth.tenant_id, auth.user, auth.prefix
     elif user is not None and user.is_authenticated and user.pk is not None:

@@ -21,7 +21,8 @@ class CallerRateThrottle(SimpleRateThrottle):
 
     def get_rate(self) -> str | None:
         # DRF binds THROTTLE_RATES when the class is defined; read the live settings instead.
-        return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope or "")
+        return str(rate) if rate is not None else None
 
     def get_cache_key(self, request: Request, view) -> str:
         if isinstance(request.auth, TokenIdentity):

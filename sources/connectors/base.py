@@ -25,6 +25,12 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 
+def json_object(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object (a dict), else an empty one: for reading optional
+    nested fields of an API's or an export's JSON without a check at every step."""
+    return value if isinstance(value, dict) else {}
+
+
 class ConnectorError(Exception):
     """The data source cannot be read at all; the message names the input and the problem."""
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sources.connectors.base import DocumentRow
+from sources.connectors.base import DocumentRow, json_object
 from sources.distill import Distiller, Run, clean_question, cut, distilled_text
 
 TITLE_CHARS = 120
@@ -551,7 +551,7 @@ class SlackRenderer:
             rendered = f"{rendered}\n{self.text(str(initial['comment'])).strip()}".strip()
         attachments = [a for a in raw.get("attachments") or [] if isinstance(a, dict)]
         if self.attachment_text and not rendered:
-            parts = []
+            parts: list[str] = []
             for attachment in attachments:
                 body = [str(attachment.get(k) or "").strip() for k in ("pretext", "title", "text")]
                 body = [b for b in body if b] or [str(attachment.get("fallback") or "").strip()]
@@ -573,7 +573,7 @@ class SlackRenderer:
             author = self.name(str(user_id))
         else:
             # Integrations post without a user: the bot's display name, else its id.
-            profile = raw.get("bot_profile") if isinstance(raw.get("bot_profile"), dict) else {}
+            profile = json_object(raw.get("bot_profile"))
             author = self.text(str(raw.get("username") or profile.get("name") or raw.get("bot_id") or "unknown"))
             author = author.lstrip("@")
         reactions = []
@@ -591,7 +591,7 @@ class SlackRenderer:
             author=author,
             text=rendered,
             thread_ts=str(thread_ts) if valid_ts(thread_ts) else None,
-            declared_replies=raw.get("reply_count") if isinstance(raw.get("reply_count"), int) else 0,
+            declared_replies=raw["reply_count"] if isinstance(raw.get("reply_count"), int) else 0,
             files=files,
             reactions=reactions,
             bot=bot,

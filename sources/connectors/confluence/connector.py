@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 
 from bs4 import BeautifulSoup
 
-from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
+from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport, json_object
 from sources.connectors.confluence.config import ConfluenceConfig
 from sources.connectors.confluence.rows import Page, effective_principals, page_rows, user_principal
 from sources.connectors.jira.client import AtlassianClient, AtlassianError
@@ -100,8 +100,9 @@ class ConfluenceConnector(Connector):
     # -- REST -----------------------------------------------------------------------------------
 
     def _api_pages(self) -> Iterator[tuple[str, Page | MalformedPage]]:
-        for space in self.config.space or [None]:
-            params: dict[str, Any] | None = {
+        spaces: list[str | None] = list(self.config.space or []) or [None]
+        for space in spaces:
+            first: dict[str, Any] = {
                 "type": "page",
                 "status": "current",
                 "start": 0,
@@ -109,7 +110,8 @@ class ConfluenceConnector(Connector):
                 "expand": EXPAND,
             }
             if space:
-                params["spaceKey"] = space
+                first["spaceKey"] = space
+            params: dict[str, Any] | None = first
             url = "/rest/api/content"
             while url:
                 answer = self.client.get_json(url, params)
@@ -155,9 +157,9 @@ class ConfluenceConnector(Connector):
         if not isinstance(restrictions, dict) or not isinstance(restrictions.get("read"), dict):
             # Without the restrictions the page's readers are unknown: never guess "everyone".
             raise MalformedPage("no 'restrictions.read' (was it expanded?)")
-        version = item.get("version") if isinstance(item.get("version"), dict) else {}
-        history = item.get("history") if isinstance(item.get("history"), dict) else {}
-        space = item.get("space") if isinstance(item.get("space"), dict) else {}
+        version = json_object(item.get("version"))
+        history = json_object(item.get("history"))
+        space = json_object(item.get("space"))
         ancestors = [
             (str(a.get("id")), str(a.get("title") or ""))
             for a in item.get("ancestors") or []

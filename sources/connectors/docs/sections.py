@@ -346,5 +346,7 @@ def _parse_rst(text: str) -> ParsedPage:
 def _parse_plain(text: str) -> ParsedPage:
     lines = text.split("\n")
     starts = _paragraph_starts(lines, 0, len(lines))
-    blocks = [(Block(start, end, body), None) for start, end, body in _line_blocks(lines, starts, len(lines))]
+    blocks: list[tuple[Block, Heading | None]] = [
+        (Block(start, end, body), None) for start, end, body in _line_blocks(lines, starts, len(lines))
+    ]
     return ParsedPage("text", text.strip("\n"), None, _sections_from_blocks(blocks))

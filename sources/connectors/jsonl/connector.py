@@ -269,7 +269,7 @@ class JsonDocumentsConnector(Connector):
 
         names = record.get("content_field_names")
         content_names = [n for n in names if isinstance(n, str)] if isinstance(names, list) else cfg.content_fields
-        pieces = []
+        pieces: list[str] = []
         for name in content_names:
             text = render_value(record.get(name)).strip()
             if text:

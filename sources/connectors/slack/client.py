@@ -241,6 +241,6 @@ def _retry_after(response: Any) -> int:
         value = headers.get("retry-after")
         if isinstance(value, list):
             value = value[0]
-        return max(1, int(value))
+        return max(1, int(value))  # type: ignore[arg-type]  # a None or odd header: the except below
     except (AttributeError, TypeError, ValueError):
         return 30

@@ -261,7 +261,8 @@ class SlackConnector(Connector):
         return channel
 
     def _renderer(self) -> SlackRenderer:
-        return SlackRenderer(users=LazyUserNames(self.client), channel_names={}, attachment_text=True)
+        users = LazyUserNames(self.client)  # looks names up on first use, as a Mapping would
+        return SlackRenderer(users=users, channel_names={}, attachment_text=True)  # type: ignore[arg-type]
 
 
 def _has_replies(raw: dict[str, Any]) -> bool:

@@ -25,7 +25,7 @@ from slack_sdk.socket_mode import SocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 
-from sources.connectors.base import ConnectorError
+from sources.connectors.base import ConnectorError, json_object
 from sources.connectors.slack.client import SlackError, redact_tokens
 from sources.connectors.slack.config import SlackConfig
 from sources.connectors.slack_rows import NOISE_SUBTYPES, valid_ts
@@ -73,12 +73,12 @@ def parse_event(payload: dict[str, Any], *, channels: Collection[str]) -> SlackC
     channel = str(event["channel"])
     subtype = event.get("subtype")
     if subtype == EDIT:
-        message = event.get("message") if isinstance(event.get("message"), dict) else {}
+        message = json_object(event.get("message"))
         ts = message.get("ts")
         thread_ts = message.get("thread_ts") or ts
         action, bot = "edit", bool(message.get("bot_id")) and not message.get("user")
     elif subtype == DELETE:
-        previous = event.get("previous_message") if isinstance(event.get("previous_message"), dict) else {}
+        previous = json_object(event.get("previous_message"))
         ts = event.get("deleted_ts") or previous.get("ts")
         thread_ts = previous.get("thread_ts") or ts
         action, bot = "delete", bool(previous.get("bot_id")) and not previous.get("user")
@@ -90,7 +90,7 @@ def parse_event(payload: dict[str, Any], *, channels: Collection[str]) -> SlackC
         action, bot = "message", subtype == "bot_message" or (bool(event.get("bot_id")) and not event.get("user"))
     if not valid_ts(ts) or not valid_ts(thread_ts):
         return None
-    return SlackChange(event_id=event_id, channel=channel, ts=ts, thread_ts=thread_ts, action=action, bot=bot)
+    return SlackChange(event_id=event_id, channel=channel, ts=str(ts), thread_ts=str(thread_ts), action=action, bot=bot)
 
 
 class SlackEventStream:
@@ -135,7 +135,7 @@ class SlackEventStream:
             concurrency=concurrency,
             logger=logging.getLogger("sources.slack.socket_mode"),
         )
-        self.client.socket_mode_request_listeners.append(self._on_request)
+        self.client.socket_mode_request_listeners.append(self._on_request)  # type: ignore[arg-type]  # a SocketModeClient
 
     def connect(self) -> None:
         """Open the WebSocket (``apps.connections.open`` first). Raises ``SlackError``, token-redacted."""
