@@ -194,10 +194,13 @@ def gate_notes(verdict: Verdict) -> list[str]:
 # -- the extractive answer ---------------------------------------------------------------------
 
 EXTRACTIVE_PASSAGES = 3
-EXTRACTIVE_RELATIVE_SCORE = 0.8  # a further passage must score this share of the best
+EXTRACTIVE_RELATIVE_SCORE = 0.85  # a further passage must score this share of the best
+EXTRACTIVE_BLOCKS = 2  # further passages come from the blocks of the best two passages at most
 PER_BLOCK = 2
+MIN_STATEMENT_CHARS = 40  # a shorter prose passage is a fragment ("The same applies for:"), not an answer
 CODE_LINES_SHOWN = 12
 _SIGNATURE = re.compile(r"^\s*(?:async\s+def|def|class|func|function|export\s+(?:async\s+)?function|public|private)\b")
+_TABLE_ROW = re.compile(r"\|.*\|")
 
 
 def passage_score(p: Passage) -> float:
@@ -206,13 +209,24 @@ def passage_score(p: Passage) -> float:
     return (p.coverage + (p.similarity if p.similarity is not None else 0.0)) / 2
 
 
+def _quotable(p: Passage) -> bool:
+    """A passage that can stand in an answer: no heading, no table row, no fragment."""
+    if p.heading:
+        return False
+    if p.code:
+        return True
+    return len(p.text) >= MIN_STATEMENT_CHARS and not _TABLE_ROW.search(p.text)
+
+
 def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict) -> list[Passage]:
-    """The passages the extractive answer quotes, best first: at most ``EXTRACTIVE_PASSAGES``,
-    each scoring at least ``EXTRACTIVE_RELATIVE_SCORE`` of the best, at most ``PER_BLOCK`` from
-    one block; never a heading. When the question names identifiers and some block holds one,
-    only such blocks are quoted (a citation never points at a block lacking what was asked)."""
+    """The passages the extractive answer quotes: the best one, then at most
+    ``EXTRACTIVE_PASSAGES - 1`` more scoring at least ``EXTRACTIVE_RELATIVE_SCORE`` of it, from
+    at most ``EXTRACTIVE_BLOCKS`` blocks and ``PER_BLOCK`` per block; in evidence order, then text
+    order. Never a heading, a table row or a fragment. When the question names identifiers and
+    some block holds one, only such blocks are quoted (a citation never points at a block lacking
+    what was asked)."""
     scored = verdict.scored
-    passages = [p for p in (scored.passages if scored else []) if not p.heading]
+    passages = [p for p in (scored.passages if scored else []) if _quotable(p)]
     named = specific_terms(question)
     by_n = {ev.n: ev for ev in evidence}
     if named:
@@ -232,11 +246,27 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
     for p in ranked:
         if len(chosen) == EXTRACTIVE_PASSAGES or passage_score(p) < EXTRACTIVE_RELATIVE_SCORE * best:
             break
-        if per_block.get(p.n, 0) >= PER_BLOCK:
+        if per_block.get(p.n, 0) >= PER_BLOCK or (p.n not in per_block and len(per_block) >= EXTRACTIVE_BLOCKS):
             continue
         per_block[p.n] = per_block.get(p.n, 0) + 1
         chosen.append(p)
-    return chosen
+    order = {n: i for i, n in enumerate(per_block)}  # blocks in the order their best passage ranked
+    return sorted(chosen, key=lambda p: (order[p.n], p.order))
+
+
+def _following_code(p: Passage, scored_passages: Sequence[Passage]) -> list[Passage]:
+    """The code right after ``p`` in its block (its consecutive code passages, at most
+    ``CODE_LINES_SHOWN`` lines), when ``p`` introduces it ("... like this:"); else ``[]``."""
+    if not p.text.rstrip().endswith(":"):
+        return []
+    same_block = {q.order: q for q in scored_passages if q.n == p.n}
+    run: list[Passage] = []
+    order, lines = p.order + 1, 0
+    while order in same_block and same_block[order].code and lines < CODE_LINES_SHOWN:
+        run.append(same_block[order])
+        lines += same_block[order].text.count("\n") + 1
+        order += 1
+    return run
 
 
 def _code_answer(ev: Evidence, passage: Passage) -> str:
@@ -288,8 +318,23 @@ def extractive_answer(question: str, evidence: list[Evidence], *, verdict: Verdi
     if people:  # who knows: the people are the answer, each with their credit line
         parts.append("\n".join(f"- {_person_line(ev)} [{ev.n}]" for ev in people))
         prose, code = prose[:1], code[:0]
-    if prose:
-        parts.append(" ".join(f"{_sentence(p.text)[:-1]} [{p.n}]{_sentence(p.text)[-1]}" for p in prose))
+    all_passages = verdict.scored.passages if verdict.scored else []
+    sentences: list[str] = []
+    shown: set[tuple[int, int]] = set()  # (block, order) of code passages already quoted
+    for p in prose:
+        code_after = _following_code(p, all_passages)
+        if not code_after and p.text.rstrip().endswith(":"):
+            continue  # it introduces something not shown
+        sentences.append(f"{_sentence(p.text)[:-1]} [{p.n}]{_sentence(p.text)[-1]}")
+        if code_after:
+            parts.append(" ".join(sentences))
+            sentences = []
+            body = "\n".join(q.text for q in code_after).replace("```", "` ` `")
+            parts.append(f"```\n{body}\n```")
+            shown.update((q.n, q.order) for q in code_after)
+    if sentences:
+        parts.append(" ".join(sentences))
+    code = [p for p in code if (p.n, p.order) not in shown]
     for p in code[: 1 if prose else 2]:
         ev = by_n[p.n]
         if ev.kind in CODE_KINDS:
@@ -297,10 +342,13 @@ def extractive_answer(question: str, evidence: list[Evidence], *, verdict: Verdi
         else:  # a code example inside a page
             heading = " ".join(neutralize_citations(ev.title.rsplit(" > ", 1)[-1]).split())
             parts.append(f"{heading} [{p.n}]:\n```\n{p.text.replace('```', '` ` `')}\n```")
+    if not parts:
+        return Draft(text=decline_text(evidence), cited=[], synthesizer="extractive", answers=False)
     notes = gate_notes(verdict)
     note = " ".join(notes)
     text = "\n\n".join(([note] if note else []) + parts)
-    cited = list(dict.fromkeys([*(ev.n for ev in people), *(p.n for p in [*prose, *code[: 1 if prose else 2]])]))
+    cited = [n for n in dict.fromkeys([*(ev.n for ev in people), *(p.n for p in [*prose, *code[: 1 if prose else 2]])])
+             if f"[{n}]" in text]  # fmt: skip
     return Draft(text=text, cited=cited, synthesizer="extractive", answers=True, note=note)
 
 

@@ -245,3 +245,22 @@ def test_extractive_answer_names_people_by_their_credit_line_and_code_by_its_sig
     text = extractive_answer(question, [code], verdict=scored_verdict(question, [code])).text
     assert text.startswith("`compute_backoff` in billing/retry.py:10-13 [2]:\n```python\ndef compute_backoff(attempt")
     assert "return min(300.0, 2 ** attempt)" in text
+
+
+@pytest.mark.django_db
+def test_extractive_answer_shows_the_code_a_sentence_introduces_and_skips_fragments_and_tables():
+    from search.pipeline.evidence import Evidence
+    from search.pipeline.synthesizer import extractive_answer
+
+    page = Evidence(
+        n=1, document_id=1, kind="doc_section", title="Static Files > Use StaticFiles", url="", score=1.0,
+        tool="search", lexical_rank=1,
+        text="Mount a folder of static files with StaticFiles like this:\n\n```python\nfrom fastapi.staticfiles "
+        "import StaticFiles\napp.mount(\"/static\", StaticFiles(directory=\"static\"), name=\"static\")\n```\n\n"
+        "| name | static |\n| directory | static |\n\nSee also:",
+    )  # fmt: skip
+    question = "How do I serve static files from a folder?"
+    text = extractive_answer(question, [page], verdict=scored_verdict(question, [page])).text
+    assert text.startswith("Mount a folder of static files with StaticFiles like this [1]:\n\n```\nfrom fastapi")
+    assert 'app.mount("/static"' in text
+    assert "| name |" not in text and "See also" not in text
