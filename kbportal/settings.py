@@ -154,6 +154,18 @@ LOGIN_REDIRECT_URL = "search:ask"
 ACCOUNT_LOGIN_METHODS = {"username", "email"}
 ACCOUNT_SIGNUP_FIELDS = ["email*", "username*", "password1*", "password2*"]
 ACCOUNT_EMAIL_VERIFICATION = "none"
+# Mail (password reset): an SMTP server when KB_EMAIL_HOST is set; else messages are written to
+# var/mail/ (one file each), so a reset request never fails for want of a mail server.
+if os.environ.get("KB_EMAIL_HOST"):
+    EMAIL_HOST = os.environ["KB_EMAIL_HOST"]
+    EMAIL_PORT = int(os.environ.get("KB_EMAIL_PORT", "587"))
+    EMAIL_HOST_USER = os.environ.get("KB_EMAIL_USER", "")
+    EMAIL_HOST_PASSWORD = os.environ.get("KB_EMAIL_PASSWORD", "")
+    EMAIL_USE_TLS = os.environ.get("KB_EMAIL_TLS", "1") not in ("0", "false", "no")
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    EMAIL_FILE_PATH = str(VAR_DIR / "mail")
+DEFAULT_FROM_EMAIL = os.environ.get("KB_EMAIL_FROM", "kbportal@localhost")
 ACCOUNT_LOGOUT_ON_GET = False
 
 # Single sign-on (kbportal/sso.py): OpenID Connect providers are allauth SocialApps bound to a tenant

@@ -34,7 +34,7 @@ from kbportal.audit import (
 from projects.selectors import ScopeNotFound, project_list_for_user, user_is_tenant_admin, user_tenant_id
 from search.analytics import ANALYTICS_DAYS_MAX, Analytics, analytics_get
 from search.rendering import answer_html
-from search.retrieval import InvalidQuery, clean_query, hybrid_search, safe_link
+from search.retrieval import MAX_QUERY_CHARS, InvalidQuery, clean_query, hybrid_search, safe_link
 from search.services import AnswerNotFound, answer_feedback_submit, ask, ask_stream, search_record
 from search.sse import server_sent_events
 from sources.selectors import DocumentNotFound, document_get_for_user, scope_for_user, user_principals
@@ -118,7 +118,12 @@ def ask_page(request: HttpRequest) -> HttpResponse:
     if response is not None:
         return response
     question = request.GET.get("q", "")
-    context = {"scope": scope, "question": question, "projects": project_list_for_user(request.user)}
+    context = {
+        "scope": scope,
+        "question": question,
+        "projects": project_list_for_user(request.user),
+        "max_question_chars": MAX_QUERY_CHARS,
+    }
     if "q" in request.GET and not _same_origin_request(request):
         context["error"] = "This question came from a link on another site, so it was not asked. Press Ask to ask it."
         return render(request, "search/ask.html", context)

@@ -22,26 +22,48 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 _LINE = re.compile(r"[^\n]*\S[^\n]*")
+_PARAGRAPH = re.compile(r"[^\n]*\S[^\n]*(?:\n[^\n]*\S[^\n]*)*")  # a run of non-blank lines
+_FENCE_LINE = re.compile(r"^[ \t]*(?:```|~~~)[^\n]*$", re.M)
+# A line that starts something of its own, never the continuation of a wrapped sentence: a list
+# item, a heading, a quote, a table row, a "name: text" chat or log line, a dated line.
+_BLOCK_START = re.compile(r"^(?=[ \t]*(?:[-*+>|#]|\d+[.)][ \t])|[^\s:][^:\n]{0,40}:[ \t]|\d{4}-\d\d-\d\d)", re.M)
 
 
 def _passage_units(body: str) -> list[tuple[int, int]]:
-    """``(start, end)`` spans of ``body``'s lines; a line over ``PASSAGE_UNIT_CHARS`` is split at
-    sentence ends, and a sentence still over it into pieces of that size. Blank lines are left out."""
+    """``(start, end)`` spans of ``body``'s sentences: a paragraph's hard-wrapped lines are read as
+    one text and cut at sentence ends (so a sentence is never cut where the source wrapped it),
+    while list items, headings, chat lines and fenced code stay one unit per line. A unit over
+    ``PASSAGE_UNIT_CHARS`` is cut into pieces of that size. Blank lines are left out. Linear in
+    ``len(body)``: each step is one regular-expression scan."""
     units: list[tuple[int, int]] = []
-    for line in _LINE.finditer(body):
-        start, end = line.span()
-        if end - start <= PASSAGE_UNIT_CHARS:
-            units.append((start, end))
-            continue
-        pieces, cut = [], start
-        for match in _SENTENCE_END.finditer(body, start, end):
-            pieces.append((cut, match.start()))
-            cut = match.end()
-        pieces.append((cut, end))
-        for a, b in pieces:
-            for lo in range(a, b, PASSAGE_UNIT_CHARS):
-                units.append((lo, min(b, lo + PASSAGE_UNIT_CHARS)))
-    return units
+
+    def add(start: int, end: int) -> None:
+        for lo in range(start, end, PASSAGE_UNIT_CHARS):
+            units.append((lo, min(end, lo + PASSAGE_UNIT_CHARS)))
+
+    def prose(start: int, end: int) -> None:
+        for paragraph in _PARAGRAPH.finditer(body, start, end):
+            a, b = paragraph.span()
+            starts = [m.start() for m in _BLOCK_START.finditer(body, a, b)]
+            bounds = sorted({a, *starts, b})
+            for lo, hi in zip(bounds, bounds[1:], strict=False):
+                cut = lo
+                for match in _SENTENCE_END.finditer(body, lo, hi):
+                    add(cut, match.start())
+                    cut = match.end()
+                add(cut, hi)
+
+    fences = [m.span() for m in _FENCE_LINE.finditer(body)]
+    pos = 0
+    for i in range(0, len(fences), 2):
+        open_start, open_end = fences[i]
+        close_start, close_end = fences[i + 1] if i + 1 < len(fences) else (len(body), len(body))
+        prose(pos, open_start)
+        for line in _LINE.finditer(body, open_start, close_end):  # code: one unit per line
+            add(*line.span())
+        pos = close_end
+    prose(pos, len(body))
+    return [(a, b) for a, b in units if body[a:b].strip()]
 
 
 def _term_matchers(terms: set[str]) -> list[tuple[re.Pattern[str], bool]]:

@@ -29,12 +29,25 @@ PASSAGE_MAX_CHARS = 360
 BLOCKS_READ = 5  # relevant evidence blocks whose passages are scored (retrieval order)
 EMBEDDED_PER_BLOCK = 2  # of each block's passages, the best-covered ones are embedded
 CODE_KINDS = frozenset({"code_chunk", "code_file"})
+# Files in a repository written as prose: read as sentences, not as lines of code.
+PROSE_LANGUAGES = frozenset({"markdown", "rst", "text", "asciidoc"})
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'`(])")
 _FENCE = re.compile(r"```([^\n]*)\n(.*?)(?:```|\Z)", re.S)
 DIAGRAM_FENCES = frozenset({"mermaid", "plantuml", "dot", "graphviz"})  # drawings, not code to quote
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+")
-_MARKUP = re.compile(r"\{\s*[#.][^{}\n]{0,80}\}|</?[A-Za-z][^<>\n]{0,200}>|^\s*(?:[-*+>|]|\d+\.)\s+|\*\*|__")
+# Attribute lists ("{ #anchor }"), HTML tags a page may use inline (their text stays; a "<public id>"
+# placeholder is no tag and stays), list and quote markers, bold markers.
+_HTML_TAGS = (
+    "a|abbr|b|br|cite|code|dd|del|details|dfn|div|dl|dt|em|i|img|ins|kbd|li|mark|ol|p|pre|q|s|samp|small|span|"
+    "strong|sub|summary|sup|table|tbody|td|th|thead|time|tr|u|ul|var|h[1-6]"
+)
+_MARKUP = re.compile(
+    r"\{\s*[#.][^{}\n]{0,80}\}|</?(?:" + _HTML_TAGS + r")\b[^<>\n]{0,200}>|^\s*(?:[-*+>|]|\d+\.)\s+|\*\*",
+    re.I,
+)
+# Lines a connector writes itself, listing rather than saying ("Files changed: a.py b.py").
+_LISTING = re.compile(r"^(?:Files changed|Changed files):", re.I)
 _GAP = re.compile(r"\s*…\s*")
 
 
@@ -43,7 +56,9 @@ class Passage:
     """One sentence (or a few short ones), or one or a few lines of code, of an evidence block.
 
     ``n`` is the block's number; ``order`` its position in the block; ``code`` whether it is
-    code (quoted as such); ``heading`` whether it is a title line (never an answer by itself).
+    code (quoted as such); ``heading`` whether it is a title line (never an answer by itself);
+    ``whole`` false for a sentence the evidence's query-biased excerpt cut (it starts in
+    lower case or stops without its end), or a listing a connector wrote.
     """
 
     n: int
@@ -51,6 +66,7 @@ class Passage:
     order: int
     code: bool = False
     heading: bool = False
+    whole: bool = True  # a statement as written: not cut by a passage gap, not a listing
     lexemes: frozenset[str] = frozenset()
     coverage: float = 0.0  # IDF-weighted share of the question's terms it holds (with its block's title)
     similarity: float | None = None  # cosine to the question; None when not embedded
@@ -83,21 +99,27 @@ class ScoredEvidence:
         return sorted(((t, w) for t, w in self.weights.items() if t not in held), key=lambda tw: (-tw[1], tw[0]))
 
 
+def is_code(ev: Evidence) -> bool:
+    """A block of source code (a code row not written in a prose language such as Markdown)."""
+    return ev.kind in CODE_KINDS and str(ev.metadata.get("language") or "") not in PROSE_LANGUAGES
+
+
 def block_passages(ev: Evidence) -> list[Passage]:
     """``ev``'s text cut into passages: prose into sentences (short ones joined up to
     ``PASSAGE_MAX_CHARS``), fenced code and code blocks into runs of lines, headings kept apart
-    and marked. Citations written in the document become ``(n)``; markup is dropped."""
-    text = neutralize_citations(ev.text or "")
-    if ev.kind in CODE_KINDS:
+    and marked. Citations written in the prose become ``(n)`` (code is left as written: it is
+    only ever quoted inside a fenced block, where no ``[n]`` is a citation); markup is dropped."""
+    text = ev.text or ""
+    if is_code(ev):  # code is quoted as code: its "[1]" is a list, not a citation
         return _code_passages(ev.n, text, 0)
     out: list[Passage] = []
     pos = 0
     for match in _FENCE.finditer(text):
-        out.extend(_prose_passages(ev.n, text[pos : match.start()], len(out)))
+        out.extend(_prose_passages(ev.n, neutralize_citations(text[pos : match.start()]), len(out)))
         if match.group(1).strip().lower() not in DIAGRAM_FENCES:
             out.extend(_code_passages(ev.n, match.group(2), len(out)))
         pos = match.end()
-    out.extend(_prose_passages(ev.n, text[pos:], len(out)))
+    out.extend(_prose_passages(ev.n, neutralize_citations(text[pos:]), len(out)))
     return out
 
 
@@ -105,7 +127,8 @@ def _prose_passages(n: int, text: str, order: int) -> list[Passage]:
     out: list[Passage] = []
     pending = ""
     for raw in re.split(r"\n\s*\n|\n(?=\s{0,3}(?:#{1,6}\s|[-*+]\s|\d+\.\s))|" + _GAP.pattern, text):
-        for line in raw.split("\n") if _HEADING.match(raw) else [raw]:
+        # A heading is its own line; what follows it is one paragraph, however it was wrapped.
+        for line in raw.split("\n", 1) if _HEADING.match(raw) else [raw]:
             if _HEADING.match(line):
                 if pending:
                     out.append(Passage(n=n, text=pending, order=order + len(out)))
@@ -131,12 +154,30 @@ def _prose_passages(n: int, text: str, order: int) -> list[Passage]:
         if pending:
             out.append(Passage(n=n, text=pending, order=order + len(out)))
             pending = ""
+    for p in out:
+        p.whole = p.heading or _is_whole(p.text)
     return [p for p in out if p.heading or len(p.text) >= PASSAGE_MIN_CHARS // 2]
 
 
+_ENDS = ".!?:;)\"'`*”’"
+
+
+def _is_whole(text: str) -> bool:
+    """A statement as written: it starts with no lower-case letter (a code span may start it) and
+    ends with a sentence's end, and is no connector-written listing."""
+    if _LISTING.match(text):
+        return False
+    first = re.search(r"[^\W_]|`", text)
+    if first is not None and first.group(0).islower():
+        return False
+    return text.rstrip()[-1:] in _ENDS
+
+
 def _clean(text: str) -> str:
+    """Markup dropped, code spans kept (an odd backtick dropped), whitespace collapsed."""
     text = _MARKUP.sub(" ", text)
-    text = re.sub(r"`([^`]*)`", r"\1", text) if text.count("`") % 2 == 0 else text.replace("`", "")
+    if text.count("`") % 2:
+        text = text.replace("`", "")
     return re.sub(r"\s+([.,;:!?])(?=\s|$)", r"\1", " ".join(text.split()))
 
 

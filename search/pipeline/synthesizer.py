@@ -23,7 +23,7 @@ from search.llm import llm_client, llm_configured
 from search.pipeline.answer_types import missing_type_note
 from search.pipeline.evidence import CONTIGUOUS_KINDS, Evidence, query_passage
 from search.pipeline.gate import NO_EVIDENCE_NOTE, NOT_FOUND_NOTE, Verdict, missing_terms_note
-from search.pipeline.passages import CODE_KINDS, Passage
+from search.pipeline.passages import Passage, is_code
 from search.text import CITATION, CITATION_PREFIX, holds_term, neutralize_citations, specific_terms
 
 logger = logging.getLogger(__name__)
@@ -170,10 +170,27 @@ def closest_lines(evidence: Sequence[Evidence]) -> list[str]:
     picked = [ev for ev in evidence if ev.is_relevant][:CLOSEST_SOURCES] or list(evidence[:CLOSEST_SOURCES])
     lines = []
     for ev in picked:
-        title = " ".join(neutralize_citations(ev.title).split())
-        where = ev.location if ev.location and ev.location not in title else ""
-        lines.append(f"- {title}" + (f" ({where})" if where else ""))
+        title = markdown_text(" ".join(neutralize_citations(ev.title).split())[:200])
+        where = ev.location if ev.location and ev.location not in ev.title else ""
+        lines.append(f"- {title}" + (f" ({code_span(where)})" if where else ""))
     return lines
+
+
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>#|])")
+
+
+def markdown_text(text: str) -> str:
+    """``text`` (a title, a name) escaped so that Markdown shows it as written: ``__init__.py``
+    stays a file name, not bold "init"."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+
+
+def code_span(text: str) -> str:
+    """``text`` (a path, a location, a symbol) as a Markdown code span, fenced with enough backticks."""
+    text = " ".join(text.split())
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def decline_text(evidence: Sequence[Evidence], *, no_evidence: bool = False, notes: Sequence[str] = ()) -> str:
@@ -210,12 +227,13 @@ def passage_score(p: Passage) -> float:
 
 
 def _quotable(p: Passage) -> bool:
-    """A passage that can stand in an answer: no heading, no table row, no fragment."""
+    """A passage that can stand in an answer: no heading, no table row, no fragment or sentence
+    the evidence excerpt cut (``Passage.whole``)."""
     if p.heading:
         return False
     if p.code:
         return True
-    return len(p.text) >= MIN_STATEMENT_CHARS and not _TABLE_ROW.search(p.text)
+    return p.whole and len(p.text) >= MIN_STATEMENT_CHARS and not _TABLE_ROW.search(p.text)
 
 
 def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict) -> list[Passage]:
@@ -269,16 +287,22 @@ def _following_code(p: Passage, scored_passages: Sequence[Passage]) -> list[Pass
     return run
 
 
-def _code_answer(ev: Evidence, passage: Passage) -> str:
-    """A code block's answer: where it is, its signature, and the lines that matter."""
+def _code_answer(ev: Evidence, passages: Sequence[Passage]) -> str:
+    """A code block's answer: where it is, its signature, and the lines that matter (the chosen
+    passages of the block, in order, once)."""
     symbol = ev.metadata.get("symbol")
-    name = f"`{symbol}` in {ev.location}" if symbol and not str(symbol).endswith(">") else ev.location or ev.title
+    where = code_span(ev.location) if ev.location else markdown_text(ev.title)
+    name = f"{code_span(str(symbol))} in {where}" if symbol and not str(symbol).endswith(">") else where
     lines = [line.rstrip() for line in ev.text.splitlines()]
     signature = next((line for line in lines if _SIGNATURE.match(line)), "")
-    shown = passage.text.splitlines()
+    shown: list[str] = []
+    for p in sorted(passages, key=lambda q: q.order):
+        if shown:
+            shown.append("    ...")
+        shown.extend(p.text.splitlines())
     if signature and signature not in shown:
         shown = [signature, "    ..." if shown else "", *shown]
-    body = "\n".join(line for line in shown[:CODE_LINES_SHOWN] if line is not None)
+    body = "\n".join(line for line in shown[:CODE_LINES_SHOWN] if line)
     language = str(ev.metadata.get("language") or "")
     return f"{neutralize_citations(name)} [{ev.n}]:\n```{language}\n{body.replace('```', '` ` `')}\n```"
 
@@ -312,8 +336,8 @@ def extractive_answer(question: str, evidence: list[Evidence], *, verdict: Verdi
     if not chosen and not people:
         return Draft(text=decline_text(evidence), cited=[], synthesizer="extractive", answers=False)
     by_n = {ev.n: ev for ev in evidence}
-    prose = [p for p in chosen if not (p.code or by_n[p.n].kind in CODE_KINDS)]
-    code = [p for p in chosen if p.code or by_n[p.n].kind in CODE_KINDS]
+    prose = [p for p in chosen if not (p.code or is_code(by_n[p.n]))]
+    code = [p for p in chosen if p.code or is_code(by_n[p.n])]
     parts: list[str] = []
     if people:  # who knows: the people are the answer, each with their credit line
         parts.append("\n".join(f"- {_person_line(ev)} [{ev.n}]" for ev in people))
@@ -334,21 +358,21 @@ def extractive_answer(question: str, evidence: list[Evidence], *, verdict: Verdi
             shown.update((q.n, q.order) for q in code_after)
     if sentences:
         parts.append(" ".join(sentences))
-    code = [p for p in code if (p.n, p.order) not in shown]
-    for p in code[: 1 if prose else 2]:
-        ev = by_n[p.n]
-        if ev.kind in CODE_KINDS:
-            parts.append(_code_answer(ev, p))
+    code = [p for p in code if (p.n, p.order) not in shown][: 1 if prose else 2]
+    for n in dict.fromkeys(p.n for p in code):  # one quote per block
+        ev, mine = by_n[n], [p for p in code if p.n == n]
+        if is_code(ev):
+            parts.append(_code_answer(ev, mine))
         else:  # a code example inside a page
-            heading = " ".join(neutralize_citations(ev.title.rsplit(" > ", 1)[-1]).split())
-            parts.append(f"{heading} [{p.n}]:\n```\n{p.text.replace('```', '` ` `')}\n```")
+            heading = markdown_text(" ".join(neutralize_citations(ev.title.rsplit(" > ", 1)[-1]).split()))
+            body = "\n".join(p.text for p in mine).replace("```", "` ` `")
+            parts.append(f"{heading} [{n}]:\n```\n{body}\n```")
     if not parts:
         return Draft(text=decline_text(evidence), cited=[], synthesizer="extractive", answers=False)
     notes = gate_notes(verdict)
     note = " ".join(notes)
     text = "\n\n".join(([note] if note else []) + parts)
-    cited = [n for n in dict.fromkeys([*(ev.n for ev in people), *(p.n for p in [*prose, *code[: 1 if prose else 2]])])
-             if f"[{n}]" in text]  # fmt: skip
+    cited = [n for n in dict.fromkeys([*(ev.n for ev in people), *(p.n for p in [*prose, *code])]) if f"[{n}]" in text]
     return Draft(text=text, cited=cited, synthesizer="extractive", answers=True, note=note)
 
 

@@ -243,7 +243,7 @@ def test_extractive_answer_names_people_by_their_credit_line_and_code_by_its_sig
     assert text == "- Ana Ruiz: Ana Ruiz is credited 3.21 points for this question by 4 documents [1]"
     question = "How is the webhook backoff computed?"
     text = extractive_answer(question, [code], verdict=scored_verdict(question, [code])).text
-    assert text.startswith("`compute_backoff` in billing/retry.py:10-13 [2]:\n```python\ndef compute_backoff(attempt")
+    assert text.startswith("`compute_backoff` in `billing/retry.py:10-13` [2]:\n```python\ndef compute_backoff(attempt")
     assert "return min(300.0, 2 ** attempt)" in text
 
 

@@ -196,9 +196,28 @@
     });
   }
 
+  // The server's one limit and message (search.retrieval.clean_query), said before streaming:
+  // a refused stream cannot show its message (EventSource reads only successful responses).
+  function tooLong(question) {
+    const max = parseInt(form.dataset.maxChars || "0", 10);
+    const length = Array.from(question.trim().split(/\s+/).join(" ")).length;
+    if (!max || length <= max) return "";
+    return "the question is " + length.toLocaleString("en-US") + " characters long; at most " +
+      max.toLocaleString("en-US") + " are allowed";
+  }
+
   form.addEventListener("submit", (event) => {
     const params = new URLSearchParams(new FormData(form));
     if (!(params.get("q") || "").trim()) return; // the server explains an empty question
+    const refusal = tooLong(params.get("q") || "");
+    if (refusal) {
+      event.preventDefault();
+      live.hidden = false;
+      $("static-result").hidden = true;
+      $("live-status").className = "error";
+      $("live-status").textContent = refusal;
+      return;
+    }
     event.preventDefault();
     history.replaceState(null, "", form.action + "?" + params.toString());
     start(params);
