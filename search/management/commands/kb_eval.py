@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from kbportal.tenancy import tenant_context
 from projects.models import Project, Tenant
+from projects.selectors import ScopeNotFound
 from projects.services import project_create
 from search.evaluation import (
     EvalInputError,
@@ -123,6 +124,11 @@ class Command(BaseCommand):
             "--answers", action="store_true", help="evaluate whole answers (declines, facts, citations, latency)"
         )
         parser.add_argument(
+            "--tenant",
+            help="evaluate this tenant's project as it is (with --project; nothing is indexed), e.g. the demo's",
+        )
+        parser.add_argument("--project", help="the project of --tenant")
+        parser.add_argument(
             "--haystack",
             action="store_true",
             help="add Django's source and docs as unrelated material (its own tenant, eval-<set>-haystack)",
@@ -139,6 +145,8 @@ class Command(BaseCommand):
         answers=False,
         no_rerank=False,
         haystack=False,
+        tenant=None,
+        project=None,
         **options,
     ):
         qpath = Path(questions) if questions else SHARED / "eval" / set_name / "questions.jsonl"
@@ -146,10 +154,18 @@ class Command(BaseCommand):
             qs = load_questions(qpath)
         except EvalInputError as exc:
             raise CommandError(str(exc)) from exc
-        tenant_slug = f"eval-{set_name}-haystack" if haystack else f"eval-{set_name}"
-        if not skip_index:
-            self._index(tenant_slug, set_name, haystack=haystack)
-        scope = scope_for_operator(tenant_slug=tenant_slug, project_slug=set_name)
+        if tenant:
+            if not project:
+                raise CommandError("--tenant needs --project")
+            try:
+                scope = scope_for_operator(tenant_slug=tenant, project_slug=project)
+            except ScopeNotFound as exc:
+                raise CommandError(str(exc)) from exc
+        else:
+            tenant_slug = f"eval-{set_name}-haystack" if haystack else f"eval-{set_name}"
+            if not skip_index:
+                self._index(tenant_slug, set_name, haystack=haystack)
+            scope = scope_for_operator(tenant_slug=tenant_slug, project_slug=set_name)
         ranker_list = [r.strip() for r in rankers.split(",") if r.strip()] if rankers else None
         known = set(ALL_RANKERS) | set(OPTIONAL_RANKERS)
         if ranker_list is not None and (not ranker_list or set(ranker_list) - known):
