@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 
 from django.db import connection
 
+from search.retrieval.hits import Hit, scope_where_sql
 from search.text import holds_term, specific_terms
 
 if TYPE_CHECKING:
-    from search.retrieval import Hit
     from sources.selectors import QueryScope
 
 RARE_SHARE = math.exp(-4.0)  # 1.8% of the scope's rows: IDF >= 4.0
@@ -36,8 +36,6 @@ def rare_exact_terms(query: str, scope: QueryScope, *, n_rows: int) -> list[str]
     at most ``max(MIN_RARE_ROWS, RARE_SHARE * n_rows)`` rows hold. One capped count per token
     (``LIMIT`` cap + 1, so a common token costs no more than a rare one); runs in the caller's
     tenant context."""
-    from search.retrieval import scope_where_sql
-
     terms = specific_terms(query, acronyms=False)[:MAX_EXACT_TERMS]
     if not terms:
         return []
@@ -64,8 +62,6 @@ def exact_ranking(
 ) -> list[int]:
     """Rows holding any of ``terms`` (phrase match on the full-text vector), those holding more
     of them first, then shorter rows (``1 + ln(1 + lexemes)``). Runs in the caller's tenant context."""
-    from search.retrieval import scope_where_sql
-
     if not terms:
         return []
     where, params = scope_where_sql(scope, kinds)
