@@ -218,6 +218,7 @@ MIN_STATEMENT_CHARS = 40  # a shorter prose passage is a fragment ("The same app
 CODE_LINES_SHOWN = 12
 _SIGNATURE = re.compile(r"^\s*(?:async\s+def|def|class|func|function|export\s+(?:async\s+)?function|public|private)\b")
 _TABLE_ROW = re.compile(r"\|.*\|")
+_LISTING = re.compile(r"^(?:Files changed|Changed files):", re.I)  # what a connector lists, not says
 
 
 def passage_score(p: Passage) -> float:
@@ -226,14 +227,16 @@ def passage_score(p: Passage) -> float:
     return (p.coverage + (p.similarity if p.similarity is not None else 0.0)) / 2
 
 
-def _quotable(p: Passage) -> bool:
-    """A passage that can stand in an answer: no heading, no table row, no fragment or sentence
-    the evidence excerpt cut (``Passage.whole``)."""
+def _quotable(p: Passage, *, whole_only: bool = True) -> bool:
+    """A passage that can stand in an answer: no heading, no table row, no fragment, and (with
+    ``whole_only``) no sentence the evidence excerpt cut (``Passage.whole``)."""
     if p.heading:
         return False
     if p.code:
         return True
-    return p.whole and len(p.text) >= MIN_STATEMENT_CHARS and not _TABLE_ROW.search(p.text)
+    if _LISTING.match(p.text) or _TABLE_ROW.search(p.text) or len(p.text) < MIN_STATEMENT_CHARS:
+        return False
+    return p.whole or not whole_only
 
 
 def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict) -> list[Passage]:
@@ -244,7 +247,9 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
     some block holds one, only such blocks are quoted (a citation never points at a block lacking
     what was asked)."""
     scored = verdict.scored
-    passages = [p for p in (scored.passages if scored else []) if _quotable(p)]
+    candidates = scored.passages if scored else []
+    # Whole sentences when there are any; else the excerpt's cut ones (quoted with "…").
+    passages = [p for p in candidates if _quotable(p)] or [p for p in candidates if _quotable(p, whole_only=False)]
     named = specific_terms(question)
     by_n = {ev.n: ev for ev in evidence}
     if named:
@@ -272,10 +277,19 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
     return sorted(chosen, key=lambda p: (order[p.n], p.order))
 
 
+_EMOJI_END = re.compile(r":[\w+-]+:$")  # ":thumbsup:" ends a chat line, it introduces nothing
+
+
+def introduces(text: str) -> bool:
+    """Whether ``text`` ends by introducing what follows it ("... like this:")."""
+    text = text.rstrip()
+    return text.endswith(":") and not _EMOJI_END.search(text)
+
+
 def _following_code(p: Passage, scored_passages: Sequence[Passage]) -> list[Passage]:
     """The code right after ``p`` in its block (its consecutive code passages, at most
     ``CODE_LINES_SHOWN`` lines), when ``p`` introduces it ("... like this:"); else ``[]``."""
-    if not p.text.rstrip().endswith(":"):
+    if not introduces(p.text):
         return []
     same_block = {q.order: q for q in scored_passages if q.n == p.n}
     run: list[Passage] = []
@@ -316,9 +330,16 @@ def _person_line(ev: Evidence) -> str:
     return neutralize_citations(f"{' '.join(ev.title.split())}: {first}".rstrip("."))
 
 
-def _sentence(text: str) -> str:
-    text = " ".join(neutralize_citations(text).split())
-    return text if text[-1:] in ".!?:" else text + "."
+def _sentence(p: Passage) -> str:
+    """A passage as a sentence of the answer: a cut one marked with "…" where it was cut."""
+    text = " ".join(neutralize_citations(p.text).split())
+    if not p.whole and text[:1].islower():
+        text = "…" + text
+    return (
+        text
+        if text[-1:] in ".!?:" and not (text[-1] == ":" and not introduces(text))
+        else text + ("…" if not p.whole else ".")
+    )
 
 
 def extractive_answer(question: str, evidence: list[Evidence], *, verdict: Verdict) -> Draft:
@@ -347,9 +368,10 @@ def extractive_answer(question: str, evidence: list[Evidence], *, verdict: Verdi
     shown: set[tuple[int, int]] = set()  # (block, order) of code passages already quoted
     for p in prose:
         code_after = _following_code(p, all_passages)
-        if not code_after and p.text.rstrip().endswith(":"):
+        if not code_after and introduces(p.text):
             continue  # it introduces something not shown
-        sentences.append(f"{_sentence(p.text)[:-1]} [{p.n}]{_sentence(p.text)[-1]}")
+        sentence = _sentence(p)
+        sentences.append(f"{sentence[:-1]} [{p.n}]{sentence[-1]}")
         if code_after:
             parts.append(" ".join(sentences))
             sentences = []

@@ -264,3 +264,27 @@ def test_extractive_answer_shows_the_code_a_sentence_introduces_and_skips_fragme
     assert text.startswith("Mount a folder of static files with StaticFiles like this [1]:\n\n```\nfrom fastapi")
     assert 'app.mount("/static"' in text
     assert "| name |" not in text and "See also" not in text
+
+
+def test_a_chat_line_ending_in_an_emoji_code_introduces_nothing():
+    from search.pipeline.synthesizer import introduces
+
+    assert introduces("Mount the folder like this:")
+    assert not introduces("We aim for EU-West-3 go-live by 6/1. paul: :thumbsup:")
+    assert not introduces("Deploy with make release.")
+
+
+@pytest.mark.django_db
+def test_when_only_cut_sentences_answer_they_are_quoted_marked_as_cut():
+    """An excerpt can cut every sentence that answers; the gate said the evidence answers, so
+    the cut sentence is quoted, marked with "…", rather than the answer declining."""
+    from search.pipeline.evidence import Evidence
+    from search.pipeline.synthesizer import extractive_answer
+
+    block = Evidence(n=1, document_id=1, kind="doc_section", title="Tenancy", url="", score=1.0, tool="search",
+                     text="a query with no tenant set sees nothing, and an insert for another tenant is refused",
+                     lexical_rank=1)  # fmt: skip
+    question = "What does a query with no tenant set see?"
+    draft = extractive_answer(question, [block], verdict=scored_verdict(question, [block]))
+    assert draft.answers
+    assert draft.text == "…a query with no tenant set sees nothing, and an insert for another tenant is refused [1]…"
