@@ -1,37 +1,64 @@
-"""An answer's text as safe HTML: its Markdown rendered, every ``[n]`` a link to source ``n``.
+"""An answer's text as safe HTML: its Markdown rendered, each citation ``[n]`` a link to source ``n``.
 
 The answer is untrusted (an LLM's words, quoted documents), so the HTML markdown-it-py renders
 (CommonMark, raw HTML disabled: a ``<script>`` in the answer stays text) is cleaned again by
 nh3 (Ammonia) to an allow-list of tags and attributes, with links limited to http(s), mailto
-and the page's own ``#source-n`` anchors.
+and the page's own ``#source-n`` anchors. Only a citation written as such (``[3]`` in the
+answer's own text, outside code, and a number the answer cites) becomes a link: a ``[3]`` made
+of entities (``&#91;3&#93;``) or escapes (``[3\\]``), or one inside code, stays text.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 import nh3
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
+from markdown_it.token import Token
 
-_MARKDOWN = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+# text_join off: text decoded from entities and escapes stays in tokens of its own, so a citation
+# in a "text" token is one the answer wrote.
+_MARKDOWN = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).disable("text_join")
 ALLOWED_TAGS = {"p", "br", "ul", "ol", "li", "strong", "em", "code", "pre", "blockquote", "a", "h3", "h4", "hr"}
 ALLOWED_ATTRIBUTES = {"a": {"href", "class", "data-n"}, "code": {"class"}}
 _CITED = re.compile(r"\[(\d{1,3})\]")
-_CODE = re.compile(r"(<pre>.*?</pre>|<code>.*?</code>)", re.S)
 
 
-def _link_citations(html: str) -> str:
-    """``[n]`` outside code becomes a link to ``#source-n`` (the sources list's item)."""
-    parts = _CODE.split(html)
-    for i in range(0, len(parts), 2):  # even parts are outside <pre>/<code>
-        parts[i] = _CITED.sub(lambda m: f'<a class="cite" href="#source-{m[1]}" data-n="{m[1]}">[{m[1]}]</a>', parts[i])
-    return "".join(parts)
+def _with_citation_links(children: list[Token], cited: set[int]) -> list[Token]:
+    out: list[Token] = []
+    for child in children:
+        if child.type == "text_special":  # decoded from an entity or an escape: plain text, never a citation
+            out.append(Token("text", "", 0, content=child.content))
+            continue
+        if child.type != "text" or "[" not in child.content:
+            out.append(child)
+            continue
+        pos = 0
+        for match in _CITED.finditer(child.content):
+            n = int(match.group(1))
+            if n not in cited:
+                continue
+            if match.start() > pos:
+                out.append(Token("text", "", 0, content=child.content[pos : match.start()]))
+            link = f'<a class="cite" href="#source-{n}" data-n="{n}">[{n}]</a>'
+            out.append(Token("html_inline", "", 0, content=link))
+            pos = match.end()
+        if pos < len(child.content):
+            out.append(Token("text", "", 0, content=child.content[pos:]))
+    return out
 
 
-def answer_html(text: str) -> SafeString:
-    """``text`` (Markdown with ``[n]`` citations) as sanitised HTML, safe to insert in a page."""
-    html = _link_citations(_MARKDOWN.render(text or ""))
+def answer_html(text: str, cited: Iterable[int] = ()) -> SafeString:
+    """``text`` (Markdown with ``[n]`` citations) as sanitised HTML, safe to insert in a page;
+    each ``[n]`` with ``n`` in ``cited`` links to ``#source-n``."""
+    numbers = set(cited)
+    tokens = _MARKDOWN.parse(text or "")
+    for token in tokens:
+        if token.type == "inline" and token.children:
+            token.children = _with_citation_links(token.children, numbers)
+    html = _MARKDOWN.renderer.render(tokens, _MARKDOWN.options, {})
     clean = nh3.clean(
         html,
         tags=ALLOWED_TAGS,

@@ -21,7 +21,7 @@ def server_sent_events(events: Iterator[AskEvent]) -> Iterator[str]:
         for event in events:
             data = event.data
             if event.type == "done":
-                data = {**data, "html": str(answer_html(data.get("text", "")))}
+                data = {**data, "html": str(answer_html(data.get("text", ""), data.get("cited") or ()))}
             yield f"event: {event.type}\ndata: {json.dumps(data, default=str)}\n\n"
     except Exception:
         logger.exception("the answer stream failed")

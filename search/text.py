@@ -104,14 +104,16 @@ def specific_terms(question: str, *, acronyms: bool = True) -> list[str]:
 
 
 def holds_term(text: str, term: str) -> bool:
-    """``term`` occurs in ``text`` as a whole token or at the start of a longer identifier
-    (``Jinja2`` in ``Jinja2Templates``, ``should_embed`` in ``_should_embed_body``),
+    """``term`` occurs in ``text`` as a whole token or as the first part of a longer identifier
+    (``Jinja2`` in ``Jinja2Templates``, ``should_embed`` in ``_should_embed_body``; not
+    ``ERR-4471`` in ``ERR-4471B``),
     case-insensitively, with any run of spaces, hyphens or underscores between its parts matching
     any other (``ZEBRA-4471`` = ``zebra 4471``, ``kv_crc`` = ``kv-crc``)."""
     parts = [re.escape(p) for p in re.split(r"[\s_\-]+", term.strip()) if p]
     if not parts:
         return False
-    # Not preceded by a letter or digit; followed by no lower-case letter or digit (an upper-case
-    # letter or "_" starts the next part of an identifier).
-    pattern = r"(?<![^\W_])" + r"[\s_\-]*".join(parts) + r"(?!(?-i:[^\W_A-Z]))"
+    # Not preceded by a letter or digit; followed by no letter or digit, unless a CamelCase part
+    # ("Templates" after "Jinja2") or "_" starts the next part of an identifier: "ERR-4471B" does
+    # not hold "ERR-4471".
+    pattern = r"(?<![^\W_])" + r"[\s_\-]*".join(parts) + r"(?:(?=(?-i:[A-Z][a-z])|_)|(?![^\W_]))"
     return re.search(pattern, text, re.I) is not None

@@ -139,7 +139,7 @@ def ask_page(request: HttpRequest) -> HttpResponse:
         try:
             result = ask(question, scope)
             context["result"] = result
-            context["answer_html"] = answer_html(result.answer.text)
+            context["answer_html"] = answer_html(result.answer.text, result.answer.cited)
         except InvalidQuery as exc:
             context["error"] = str(exc)
     return render(request, "search/ask.html", context)

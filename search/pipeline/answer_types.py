@@ -35,6 +35,10 @@ class AnswerType:
 
 
 _NUMBER_WORDS = "one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|dozen|hundred|thousand|million|none|no"
+_MONTHS = (
+    "jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|"
+    "oct(?:ober)?|nov(?:ember)?|dec(?:ember)?"
+)
 ANSWER_TYPES = (
     AnswerType(
         "Slack channel",
@@ -51,14 +55,30 @@ ANSWER_TYPES = (
     AnswerType(
         "version",
         re.compile(r"\b(?:which|what)\s+(?:[\w-]+\s+){0,2}versions?\b", re.I),
-        # 2.2.3, v2, 1.x, "version 3", "Python 3"
-        re.compile(r"\b\d+(?:\.(?:\d+|x))+\b|\bv\d+\b|\b(?:version|release)\s+\d+|\b[A-Z][A-Za-z]+\s+\d+\b", re.I),
+        # 2.2.3, v2, 1.x, "version 3", "Python 3" (a capitalised name, then a number that is no date)
+        re.compile(
+            r"\b\d+(?:\.(?:\d+|x))+\b|\bv\d+\b|\b(?:version|release)\s+\d+|\b(?-i:[A-Z][A-Za-z]+)[ \t]+\d+(?![\w./-])",
+            re.I,
+        ),
     ),
     AnswerType(
         "number",
         re.compile(r"\bhow\s+(?:many|much)\b", re.I),
         re.compile(rf"\d|\b(?:{_NUMBER_WORDS})\b", re.I),
         verbatim=False,  # "how many writeups …" is counted across sources, not copied from one
+    ),
+    AnswerType(
+        "date",
+        # "When was/did/will …" asks for a point in time ("when is X run?" asks for a condition)
+        re.compile(r"^\W*when\s+(?:was|were|did|will)\b", re.I),
+        # a year, a date, a month or weekday, a time, a relative day, or a release (software)
+        re.compile(
+            rf"\b(?:1[89]|20)\d\d\b|\b\d{{1,2}}/\d{{1,2}}\b|\b\d{{1,2}}:\d\d\b|\b(?:{_MONTHS})\b"
+            r"|\b(?:mon|tues|wednes|thurs|fri|satur|sun)day\b|\b(?:yesterday|today|tomorrow|ago)\b"
+            r"|\bv?\d+\.\d+(?:\.\d+)?\b",
+            re.I,
+        ),
+        verbatim=False,  # a date an answer gives may be written otherwise in the source
     ),
 )
 

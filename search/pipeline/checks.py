@@ -162,8 +162,9 @@ def _flat(value: str) -> str:
 
 
 def known_text(evidence: Sequence[Evidence], question: str = "") -> str:
-    """What ``evidence`` (``evidence_text``) and ``question`` say, flattened (lower case, single spaces)."""
-    return _flat(f"{question}\n{evidence_text(evidence)}")
+    """What ``evidence`` (its whole rows, ``evidence_text(whole=True)``) and ``question`` say,
+    flattened (lower case, single spaces)."""
+    return _flat(f"{question}\n{evidence_text(evidence, whole=True)}")
 
 
 def holds_whole(known: str, value: str) -> bool:
@@ -173,8 +174,8 @@ def holds_whole(known: str, value: str) -> bool:
 
 def invented_names(question: str, text: str, evidence: Sequence[Evidence]) -> list[str]:
     """Names the answer writes (back-ticked spans, ``snake_case`` words, ``#channel`` names) that
-    neither the question nor any evidence block (title, text, context, and a thread's channel as
-    ``#name``) contains, compared without case or spacing differences, in answer order, each
+    neither the question nor any evidence block's document (title, the whole row, context, and a
+    thread's channel as ``#name``) contains, compared without case or spacing differences, in answer order, each
     once. A channel is matched with its ``#``: a thread's word "incident-bot" does not make
     "#incident-bot" a channel."""
     known = known_text(evidence, question)

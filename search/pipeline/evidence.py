@@ -14,6 +14,7 @@ from search.retrieval import Hit, portal_link
 from search.text import content_terms
 
 SNIPPET_CHARS = 1200
+BODY_CHARS = 100_000
 RELEVANT_SIMILARITY = 0.35
 
 PASSAGE_GAP = " … "
@@ -66,10 +67,16 @@ def _passage_units(body: str) -> list[tuple[int, int]]:
     return [(a, b) for a, b in units if body[a:b].strip()]
 
 
+PASSAGE_MAX_TERMS = 32  # of a question's terms looked for in a passage: the longest (most specific)
+
+
 def _term_matchers(terms: set[str]) -> list[tuple[re.Pattern[str], bool]]:
     """Patterns finding ``terms`` (:func:`content_terms` keys) in text in one scan each:
     ``(pattern, is_word)``. A 6-letter word key matches any word starting with it, a shorter one
-    the whole word; a digit-bearing token matches whole, trailing punctuation allowed."""
+    the whole word; a digit-bearing token matches whole, trailing punctuation allowed. At most
+    ``PASSAGE_MAX_TERMS`` terms, the longest: an alternation's cost grows with its branches, and a
+    2,000-character question holds hundreds."""
+    terms = set(sorted(terms, key=lambda t: (-len(t), t))[:PASSAGE_MAX_TERMS])
     words = sorted((t for t in terms if not any(c.isdigit() for c in t)), key=len, reverse=True)
     tokens = sorted((t for t in terms if any(c.isdigit() for c in t)), key=len, reverse=True)
     matchers = []
@@ -190,6 +197,9 @@ class Evidence:
     # Other sections or chunks of the same file merged into this block (one number per document):
     # [{document_id, title, location, link, start_line, end_line}]; their text follows this block's own.
     sections: list[dict[str, Any]] = field(default_factory=list)
+    # The whole row (and merged sections), at most BODY_CHARS: what the source says beyond the
+    # excerpt in ``text``, for checking an answer's names against it. Not serialised.
+    body: str = field(default="", repr=False)
 
     @property
     def document_ids(self) -> list[int]:
@@ -214,6 +224,7 @@ class Evidence:
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data.pop("body", None)
         data["updated_at"] = self.updated_at.isoformat() if self.updated_at else None
         data["location"] = self.location
         data["link"] = self.link
@@ -247,6 +258,7 @@ def evidence_from_hit(hit: Hit, *, tool: str, query: str = "") -> Evidence:
         source_public_id=hit.source_public_id,
         context=hit.context,
         external_id=hit.external_id,
+        body=(hit.content or hit.text or "")[:BODY_CHARS],
         lexical_rank=_best_rank(hit.ranks, "lexical"),
         dense_rank=_best_rank(hit.ranks, "dense"),
         similarity=hit.similarity,
@@ -264,14 +276,17 @@ def _best_rank(ranks: dict[str, int], ranker: str) -> int | None:
 _KEPT_METADATA = {"symbol", "language", "heading_path", "channel", "participants", "sha", "author", "pr_number"}
 
 
-def evidence_text(evidence: Iterable[Evidence]) -> str:
+def evidence_text(evidence: Iterable[Evidence], *, whole: bool = False) -> str:
     """What the blocks say, one after another: each block's title, text and context, and a
     thread's channel as ``#name`` (a thread from #billing holds that channel even when its text
-    never writes it). The one text the gate's and the synthesizer's value checks read."""
+    never writes it). With ``whole``, each block's whole row (``body``) rather than its excerpt:
+    what the answer checks read, since a name the excerpt left out is still in the source. The
+    one text the gate's and the answer checks' value checks read."""
     parts = []
     for ev in evidence:
         channel = f"#{ev.metadata['channel']}\n" if ev.metadata.get("channel") else ""
-        parts.append(f"{channel}{ev.title}\n{ev.text}\n{ev.context}")
+        text = ev.body or ev.text if whole else ev.text
+        parts.append(f"{channel}{ev.title}\n{text}\n{ev.context}")
     return "\n".join(parts)
 
 
@@ -287,6 +302,16 @@ def document_key(ev: Evidence) -> str:
     return f"doc:{ev.document_id}"
 
 
+def _link_or_blank(ev: Evidence) -> str:
+    """``ev.link``, or ``""`` for a row whose source id names no page (evidence built by hand)."""
+    from django.urls import NoReverseMatch
+
+    try:
+        return ev.link
+    except NoReverseMatch:
+        return ""
+
+
 def _merge_section(block: Evidence, other: Evidence) -> None:
     """Add ``other`` (a section or chunk of ``block``'s file) to ``block``: its text after a
     line naming it, and its place in ``block.sections``."""
@@ -297,7 +322,7 @@ def _merge_section(block: Evidence, other: Evidence) -> None:
             "document_id": other.document_id,
             "title": other.title,
             "location": other.location,
-            "link": other.link,
+            "link": _link_or_blank(other),
             "start_line": other.start_line,
             "end_line": other.end_line,
         }
@@ -305,7 +330,9 @@ def _merge_section(block: Evidence, other: Evidence) -> None:
     room = MERGED_TEXT_CHARS - len(block.text)
     if room > 200:
         heading = other.title.split(" > ")[-1] if " > " in other.title else other.location
-        block.text = f"{block.text}\n\n§ {heading}\n{other.text}"[:MERGED_TEXT_CHARS]
+        block.text = f"{block.text}\n\n### {heading}\n{other.text}"[:MERGED_TEXT_CHARS]
+    if len(block.body) < BODY_CHARS:
+        block.body = f"{block.body}\n\n{other.body}"[:BODY_CHARS]
     if other.context and other.context not in block.context:
         block.context = f"{block.context}\n{other.context}".strip()
     for attr in ("lexical_rank", "dense_rank"):

@@ -185,6 +185,30 @@ def markdown_text(text: str) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
 
 
+_CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1")
+
+
+def markdown_quote(text: str) -> str:
+    """Prose quoted from a document, made literal for Markdown: its code spans kept (they render
+    as code), everything else escaped, so a document's ``[text](url)`` cannot become a link in
+    the portal's own answer, nor its ``**`` a heading's style."""
+    out, pos = [], 0
+    for match in _CODE_SPAN.finditer(text):
+        out.append(markdown_text(text[pos : match.start()]))
+        out.append(match.group(0))
+        pos = match.end()
+    out.append(markdown_text(text[pos:]))
+    return "".join(out)
+
+
+_LANGUAGE = re.compile(r"[^\w+#.-]")
+
+
+def fence_language(language: object) -> str:
+    """A code fence's info string from connector data: word characters, ``+#.-``, at most 30."""
+    return _LANGUAGE.sub("", str(language or ""))[:30]
+
+
 def code_span(text: str) -> str:
     """``text`` (a path, a location, a symbol) as a Markdown code span, fenced with enough backticks."""
     text = " ".join(text.split())
@@ -317,7 +341,7 @@ def _code_answer(ev: Evidence, passages: Sequence[Passage]) -> str:
     if signature and signature not in shown:
         shown = [signature, "    ..." if shown else "", *shown]
     body = "\n".join(line for line in shown[:CODE_LINES_SHOWN] if line)
-    language = str(ev.metadata.get("language") or "")
+    language = fence_language(ev.metadata.get("language"))
     return f"{neutralize_citations(name)} [{ev.n}]:\n```{language}\n{body.replace('```', '` ` `')}\n```"
 
 
@@ -327,12 +351,12 @@ PEOPLE_NAMED = 3
 def _person_line(ev: Evidence) -> str:
     """A who-knows block as its person and credit line (not one of the documents it lists)."""
     first = ev.text.split("\n", 1)[0].strip()
-    return neutralize_citations(f"{' '.join(ev.title.split())}: {first}".rstrip("."))
+    return markdown_text(neutralize_citations(f"{' '.join(ev.title.split())}: {first}".rstrip(".")))
 
 
 def _sentence(p: Passage) -> str:
     """A passage as a sentence of the answer: a cut one marked with "…" where it was cut."""
-    text = " ".join(neutralize_citations(p.text).split())
+    text = markdown_quote(" ".join(neutralize_citations(p.text).split()))
     if not p.whole and text[:1].islower():
         text = "…" + text
     return (

@@ -7,6 +7,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import connection
 
@@ -103,8 +104,17 @@ def tsquery_literal(lexemes: Iterable[str]) -> str:
     return " | ".join(quoted)
 
 
+# Rows of the scope's sources restricted to principals the asker holds none of (partial indexes,
+# sources migration 0013); the row-level-security context keeps them to the tenant.
+_UNREADABLE = (
+    "d.source_id = ANY(%(sources)s) AND d.principals <> '[]'::jsonb AND NOT (d.principals ?| %(principals)s::text[])"
+)
+
+
 def query_terms(query: str, scope: QueryScope) -> QueryTerms:
-    """Parse the question and look up its lexemes' document frequencies (one query)."""
+    """Parse the question and look up its lexemes' document frequencies: from the term statistics,
+    less the restricted rows the asker may not read (so nothing here depends on what such a row
+    holds). Three queries; runs in the caller's tenant context."""
     positive, negative = _split_query(query)
     phrases = " ".join(t for t in _QUERY_TOKEN.findall(positive) if t.startswith('"'))
     plain = " ".join(t for t in _QUERY_TOKEN.findall(positive) if not t.startswith('"'))
@@ -133,6 +143,26 @@ def query_terms(query: str, scope: QueryScope) -> QueryTerms:
             [list(scope.allowed_source_ids)],
         )
         n_rows = int(cursor.fetchone()[0])
+        # The statistics count restricted rows too: take away those the asker may not read, so
+        # that which terms count and how much never depends on what such a row holds.
+        hidden: dict[str, Any] = {
+            "sources": list(scope.allowed_source_ids),
+            "principals": [p for p in scope.principals if p],
+        }
+        cursor.execute(f"SELECT count(*) FROM sources_document d WHERE {_UNREADABLE}", hidden)
+        n_rows = max(0, n_rows - int(cursor.fetchone()[0]))
+        present = [lx for lx, n in df.items() if n]
+        if present:
+            cursor.execute(
+                f"""
+                SELECT l.lexeme, count(d.id) FROM unnest(%(lexemes)s::text[]) AS l(lexeme)
+                JOIN sources_document d ON d.search_vector @@ quote_literal(l.lexeme)::tsquery AND {_UNREADABLE}
+                GROUP BY l.lexeme
+                """,
+                {**hidden, "lexemes": present},
+            )
+            for lexeme, n in cursor.fetchall():
+                df[lexeme] = max(0, df[lexeme] - int(n))
     return QueryTerms(
         lexemes=sorted(df), df=df, n_rows=n_rows, phrases=phrases, negative=negative, unchampioned=unchampioned
     )

@@ -176,6 +176,8 @@ def test_the_gate_reads_only_what_the_asker_may_read(kb):
         ("When we use the GPU firmware operator, what BIOS settings are included?", None),
         ("Who approves terminating test instances?", None),
         ("What is the channel strategy for partners?", None),  # "channel strategy" is not a Slack channel
+        ("When was the gizmo warranty introduced?", "date"),
+        ("When is a dependency with yield run?", None),  # a condition, not a point in time
     ],
 )
 def test_asked_answer_type_recognises_the_form_of_value_asked_for(question, label):

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from search.retrieval import EmptyQuery, hybrid_search, lexical_ranking
+from search.retrieval import InvalidQuery, hybrid_search, lexical_ranking
 from search.services import ask
 from sources.selectors import scope_for_user
 
@@ -103,7 +103,7 @@ def test_weird_questions_never_raise(atk, q):
     scope = scope_for_user(atk.a.admin)
     try:
         hybrid_search(q, scope)
-    except EmptyQuery:
+    except InvalidQuery:
         pass
 
 

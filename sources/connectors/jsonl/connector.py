@@ -121,6 +121,9 @@ def parse_timestamp(value: Any) -> datetime | None:
     return parsed if 1970 <= parsed.year <= 2200 else None
 
 
+MAX_PERSON_LIST_CHARS = 10_000
+
+
 def _as_list(value: Any) -> list[Any]:
     """A field's names as a list: a list as it is, a list written as text (``"['Ana', 'Lee']"``,
     as some exports serialise them) parsed, a single value alone, nothing for empty values."""
@@ -128,10 +131,11 @@ def _as_list(value: Any) -> list[Any]:
         return []
     if isinstance(value, list):
         return [v for v in value if isinstance(v, str | int | float) and str(v).strip()]
-    if isinstance(value, str) and value.strip().startswith("[") and value.strip().endswith("]"):
-        try:
-            parsed = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError):
+    text = value.strip() if isinstance(value, str) else ""
+    if text.startswith("[") and text.endswith("]"):
+        try:  # a list of names is short; a huge or deeply nested "list" is not parsed at all
+            parsed = ast.literal_eval(text) if len(text) <= MAX_PERSON_LIST_CHARS else None
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             parsed = None
         if isinstance(parsed, list):
             return [v for v in parsed if isinstance(v, str) and v.strip()]
