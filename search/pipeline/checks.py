@@ -172,18 +172,47 @@ def holds_whole(known: str, value: str) -> bool:
     return bool(re.search(r"(?<![\w#-])" + re.escape(_flat(value)) + r"(?![\w-])", known))
 
 
+_FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.M | re.S)
+_DEFINED = re.compile(
+    r"^\s*(?:async\s+)?(?:def|class|function|fn|func)\s+([A-Za-z_]\w*)"  # def / class / function NAME
+    r"|^\s*(?:(?:const|let|var)\s+)?([A-Za-z_]\w*)\s*(?::\s*[\w\[\]., |]+)?\s*=(?!=)"  # NAME = ... / NAME: T = ...
+    r"|\{([A-Za-z_]\w*)\}",  # a path parameter: "/items/{item_id}"
+    re.M,
+)
+_PARAMETERS = re.compile(r"^\s*(?:async\s+)?def\s+\w+\s*\(([^)]*)\)", re.M | re.S)
+# RFC 2606 reserves these names for examples: an answer's example URL claims nothing.
+_EXAMPLE_HOST = re.compile(r"^(?:https?://)?(?:[\w-]+\.)*(?:example\.(?:com|org|net)|localhost|127\.0\.0\.1)\b", re.I)
+
+
+def example_names(text: str) -> set[str]:
+    """Names the answer's own fenced code defines (``def``/``class``/``function`` names, assigned
+    variables, a ``def``'s parameters, ``{path}`` parameters), lower case: the answer's example
+    introduces them, so they claim nothing about the sources. Empty for an answer without code."""
+    names: set[str] = set()
+    for block in _FENCE.findall(text):
+        for match in _DEFINED.finditer(block):
+            names.update(g.lower() for g in match.groups() if g)
+        for params in _PARAMETERS.findall(block):
+            names.update(m.lower() for m in re.findall(r"(?:^|,)\s*\**([A-Za-z_]\w*)", params))
+    return names
+
+
 def invented_names(question: str, text: str, evidence: Sequence[Evidence]) -> list[str]:
     """Names the answer writes (back-ticked spans, ``snake_case`` words, ``#channel`` names) that
     neither the question nor any evidence block's document (title, the whole row, context, and a
     thread's channel as ``#name``) contains, compared without case or spacing differences, in answer order, each
     once. A channel is matched with its ``#``: a thread's word "incident-bot" does not make
-    "#incident-bot" a channel."""
+    "#incident-bot" a channel. Names the answer's own code example defines (:func:`example_names`)
+    and URLs on the RFC 2606 example hosts are the answer's illustration, not claims, and are
+    left out."""
     known = known_text(evidence, question)
+    own = example_names(text)
     names: list[str] = []
     for match in _ANSWER_NAME.finditer(text):
         name = _flat(match.group(1) or match.group(0))
-        if name and name not in names and not holds_whole(known, name):
-            names.append(name)
+        if not name or name in names or name in own or _EXAMPLE_HOST.match(name) or holds_whole(known, name):
+            continue
+        names.append(name)
     return names
 
 

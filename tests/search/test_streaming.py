@@ -258,6 +258,24 @@ def test_invented_names_are_those_no_block_or_question_holds():
     assert invented_names("How do I deploy?", answer, evidence) == ["build_sequence", "retry_count"]
 
 
+def test_names_an_answer_code_example_defines_are_not_invented_but_names_it_uses_are():
+    """An LLM's illustrative code defines its own function, variable and path-parameter names
+    (and may use an RFC 2606 example URL): those claim nothing about the sources. A parameter
+    it passes, or a name its prose states, still has to be in the evidence."""
+    from search.pipeline.checks import invented_names
+
+    evidence = [_block(1, "Handling errors", "Raise `HTTPException` with a `detail`.")]
+    answer = (
+        "Raise `HTTPException` [1], e.g. from `read_item` at `http://example.com/items/foo`:\n\n"
+        '```python\n@app.get("/items/{item_id}")\nasync def read_item(item_id: str):\n'
+        '    message = "no"\n    raise HTTPException(retry_after=5, detail=message)\n```\n'
+        "Set `error_budget` in settings."
+    )
+    assert invented_names("How do I return an error?", answer, evidence) == ["retry_after", "error_budget"]
+    unfenced = answer.replace("```python", "").replace("```", "")
+    assert "read_item" in invented_names("How?", unfenced, evidence)
+
+
 def test_a_slack_channel_the_evidence_does_not_name_is_invented():
     """A small model named "#incident-bot" as a component's owner channel; the sources say
     "incident-bot" (a bot), never that channel."""
