@@ -267,13 +267,16 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
     """The passages the extractive answer quotes: the best one, then at most
     ``EXTRACTIVE_PASSAGES - 1`` more scoring at least ``EXTRACTIVE_RELATIVE_SCORE`` of it, from
     at most ``EXTRACTIVE_BLOCKS`` blocks and ``PER_BLOCK`` per block; in evidence order, then text
-    order. Never a heading, a table row or a fragment. When the question names identifiers and
+    order. Never a heading, a table row, a fragment or a sentence introducing code that is not
+    shown. When the question names identifiers and
     some block holds one, only such blocks are quoted (a citation never points at a block lacking
     what was asked)."""
     scored = verdict.scored
     candidates = scored.passages if scored else []
     # Whole sentences when there are any; else the excerpt's cut ones (quoted with "…").
     passages = [p for p in candidates if _quotable(p)] or [p for p in candidates if _quotable(p, whole_only=False)]
+    # A sentence introducing code the evidence does not show ("... like this:") cannot be quoted.
+    passages = [p for p in passages if p.code or not introduces(p.text) or _following_code(p, candidates)]
     named = specific_terms(question)
     by_n = {ev.n: ev for ev in evidence}
     if named:

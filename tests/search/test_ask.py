@@ -266,6 +266,25 @@ def test_extractive_answer_shows_the_code_a_sentence_introduces_and_skips_fragme
     assert "| name |" not in text and "See also" not in text
 
 
+@pytest.mark.django_db
+def test_a_sentence_introducing_code_the_evidence_lacks_gives_way_to_the_next_best_sentence():
+    """A page that includes its example from another file shows "... like this:" with no code
+    after it: that sentence cannot be quoted, so the answer quotes the page's next-best sentence
+    instead of declining."""
+    from search.pipeline.evidence import Evidence
+    from search.pipeline.synthesizer import extractive_answer
+
+    page = Evidence(
+        n=1, document_id=1, kind="doc_section", title="Static Files", url="", score=1.0, tool="search",
+        lexical_rank=1,
+        text="Serve static files from a folder like this:\n\nThe mounted files keep the names they have on disk.",
+    )  # fmt: skip
+    question = "How do I serve static files from a folder?"
+    draft = extractive_answer(question, [page], verdict=scored_verdict(question, [page]))
+    assert draft.answers and draft.cited == [1], draft.text
+    assert draft.text == "The mounted files keep the names they have on disk [1]."
+
+
 def test_a_chat_line_ending_in_an_emoji_code_introduces_nothing():
     from search.pipeline.synthesizer import introduces
 
