@@ -62,7 +62,7 @@ ACTIONS = (
     "feedback",
 )
 
-_FROM_REQUEST: Any = object()  # "not given": take it from the current request
+FROM_REQUEST: Any = object()  # "not given": take it from the current request
 _UserTenantResolver = Callable[[Any], "int | None"]
 _user_tenant_resolver: _UserTenantResolver | None = None
 
@@ -126,8 +126,8 @@ def audit_record(
     *,
     action: str,
     tenant_id: int | None,
-    actor: Any = _FROM_REQUEST,
-    token_prefix: str | None = _FROM_REQUEST,
+    actor: Any = FROM_REQUEST,
+    token_prefix: str | None = FROM_REQUEST,
     object_type: str = "",
     object_id: Any = "",
     data: dict[str, Any] | None = None,
@@ -146,9 +146,9 @@ def audit_record(
     raises ``ValueError`` inside a tenant context (such an event belongs to that tenant).
     """
     request = current_request()
-    if actor is _FROM_REQUEST:
+    if actor is FROM_REQUEST:
         actor = _request_actor(request)
-    if token_prefix is _FROM_REQUEST:
+    if token_prefix is FROM_REQUEST:
         token_prefix = _request_token_prefix(request)
     actor_id, username = _actor_fields(actor, request)
     event = AuditEvent(

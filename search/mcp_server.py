@@ -12,7 +12,8 @@ optional ``project`` slug. Every call authenticates its API token again
 (``projects.selectors.api_token_authenticate``: revoked, expired or forged tokens are refused
 mid-session too) and builds the :class:`~sources.selectors.QueryScope` from the token's tenant,
 user and project (``sources.selectors.scope_for_token``), so rows outside the tenant, the project's sources or
-the user's principals are never read. Django ORM work runs in worker threads
+the user's principals are never read. Every call writes one ``search`` audit event with the
+token's prefix, as the web page and the API do. Django ORM work runs in worker threads
 (``anyio.to_thread``), each call on a fresh connection closed afterwards.
 
 Transports: stdio (one token for the process, from ``KB_API_TOKEN``) and streamable HTTP (a
@@ -40,7 +41,8 @@ from projects.selectors import ApiTokenRejected, ScopeNotFound, api_token_authen
 from projects.services import api_token_touch
 from search.llm import without_llm
 from search.pipeline.evidence import Evidence
-from search.retrieval import InvalidQuery
+from search.retrieval import InvalidQuery, clean_query
+from search.services import search_record
 from search.tools.base import run_tool
 from search.tools.people import who_knows
 from sources.selectors import QueryScope, scope_for_token
@@ -105,7 +107,8 @@ class ExpertResults(BaseModel):
     experts: list[ExpertItem]
 
 
-def _authorized_scope(raw_token: str, project: str | None) -> QueryScope:
+def _authorized_scope(raw_token: str, project: str | None) -> tuple[QueryScope, str]:
+    """The token's scope for ``project`` and the token's public prefix (for the audit event)."""
     try:
         identity = api_token_authenticate(raw_token)
         scope = scope_for_token(identity, project)
@@ -114,7 +117,7 @@ def _authorized_scope(raw_token: str, project: str | None) -> QueryScope:
     except ScopeNotFound as exc:
         raise ToolError(str(exc)) from exc
     api_token_touch(identity=identity)
-    return scope
+    return scope, identity.prefix
 
 
 def _item(n: int, ev: Evidence) -> EvidenceItem:
@@ -126,23 +129,40 @@ def evidence_for_token(raw_token: str, *, tool: str, query: str, limit: int, pro
     """Run evidence tool ``tool`` for the token's scope; rows numbered 1..n, best first.
 
     Raises ``ToolError`` for a refused token, an unknown or forbidden project, a blank query.
+    Writes the ``search`` audit event (``search.services.search_record``) with the token's prefix.
     """
-    scope = _authorized_scope(raw_token, project)
+    scope, prefix = _authorized_scope(raw_token, project)
     try:
         with without_llm():  # the MCP tools never call an LLM (no reranking by one either)
             rows = run_tool(tool, query=query, scope=scope, limit=min(max(limit, 1), MAX_LIMIT))
     except InvalidQuery as exc:
         raise ToolError(str(exc)) from exc
+    search_record(
+        scope=scope,
+        query=clean_query(query),
+        tool=tool,
+        document_ids=[ev.document_id for ev in rows],
+        token_prefix=prefix,
+    )
     return EvidenceResults(project=scope.project_slug, results=[_item(n, ev) for n, ev in enumerate(rows, 1)])
 
 
 def experts_for_token(raw_token: str, *, query: str, limit: int, project: str | None) -> ExpertResults:
-    """``who_knows`` for the token's scope. Raises ``ToolError`` as :func:`evidence_for_token`."""
-    scope = _authorized_scope(raw_token, project)
+    """``who_knows`` for the token's scope. Raises ``ToolError`` and writes the audit event as
+    :func:`evidence_for_token`."""
+    scope, prefix = _authorized_scope(raw_token, project)
     try:
         experts = who_knows(query=query, scope=scope, limit=min(max(limit, 1), MAX_LIMIT))
     except InvalidQuery as exc:
         raise ToolError(str(exc)) from exc
+    search_record(
+        scope=scope,
+        query=clean_query(query),
+        tool="who_knows",
+        document_ids=list(dict.fromkeys(d.document_id for e in experts for d in e.documents)),
+        people=[e.name for e in experts],
+        token_prefix=prefix,
+    )
     return ExpertResults(
         project=scope.project_slug,
         experts=[

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from django.db import connection
 
-from kbportal.audit import audit_record
+from kbportal.audit import FROM_REQUEST, audit_record
 from kbportal.tenancy import tenant_context
 from projects.selectors import membership_list_for_user
 from search.models import AnswerFeedback, AnswerRecord
@@ -270,12 +270,16 @@ def search_record(
     tool: str = "search",
     kinds: list[str] | None = None,
     people: list[str] | None = None,
+    token_prefix: Any = FROM_REQUEST,
 ) -> None:
-    """Write the ``search`` audit event of a search the web page or the API ran for ``scope``.
+    """Write the ``search`` audit event of a search the web page, the API or an MCP tool ran for
+    ``scope``.
 
-    ``data``: ``tool`` (``search`` or ``who_knows``), ``query``, ``project`` (slug),
-    ``hits`` (the document ids returned, in rank order), ``count``, and ``kinds`` or ``people``
-    when given. The actor is the scope's user; the token prefix and request id the request's.
+    ``data``: ``tool`` (``search``, ``who_knows`` or the MCP tool's name), ``query``, ``project``
+    (slug), ``hits`` (the document ids returned, in rank order), ``count``, and ``kinds`` or
+    ``people`` when given. The actor is the scope's user; the token prefix is ``token_prefix``
+    (default: the request's, as the request id), so an MCP call outside a Django request passes
+    its token's.
     """
     data: dict[str, Any] = {
         "tool": tool,
@@ -288,7 +292,7 @@ def search_record(
         data["kinds"] = list(kinds)
     if people is not None:
         data["people"] = list(people)
-    audit_record(action="search", tenant_id=scope.tenant_id, actor=scope.user_id, data=data)
+    audit_record(action="search", tenant_id=scope.tenant_id, actor=scope.user_id, token_prefix=token_prefix, data=data)
 
 
 class AnswerNotFound(LookupError):

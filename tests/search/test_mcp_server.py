@@ -366,3 +366,29 @@ def test_http_who_knows_names_the_people_behind_the_best_evidence(kb, tokens, ht
     assert dana["score"] > 0
     assert dana["documents"][0]["title"] == "#billing: invoices stuck in pending"
     assert dana["documents"][0]["link"].startswith("https://acme.slack.com/")
+
+
+def test_mcp_searches_and_who_knows_write_audit_events_with_the_tokens_prefix(
+    kb, tokens, http_server, django_db_blocker
+):
+    """As on the web page and the API, every MCP tool call that searched leaves one ``search``
+    audit event in the token's tenant, naming the tool, the query, the documents returned and the
+    token that asked."""
+    from kbportal.models import AuditEvent
+    from projects.selectors import api_token_parse
+
+    query = "invoices stuck in pending audit trail"
+    search, experts = _http_calls(
+        http_server, tokens.acme_admin, [("search_slack", {"query": query}), ("who_knows", {"query": query})]
+    )
+    hits = _structured(search)["results"]
+    people = [e["name"] for e in _structured(experts)["experts"]]
+    with django_db_blocker.unblock(), tenant_context(kb.acme.tenant.pk):
+        events = list(AuditEvent.objects.filter(action="search", data__query=query).order_by("id"))
+    assert [e.data["tool"] for e in events] == ["search_slack", "who_knows"]
+    assert {e.actor_token_prefix for e in events} == {api_token_parse(tokens.acme_admin)[0]}
+    assert {e.actor_id for e in events} == {kb.acme.admin.pk}
+    assert events[0].data["count"] == len(hits) == len(events[0].data["hits"]) and hits
+    assert events[1].data["people"] == people and people
+    with django_db_blocker.unblock(), tenant_context(kb.globex.tenant.pk):
+        assert not AuditEvent.objects.filter(action="search", data__query=query).exists()
