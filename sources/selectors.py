@@ -10,9 +10,11 @@ from projects.selectors import (
     ScopeNotFound,
     TokenIdentity,
     api_token_project,
+    project_can_edit,
     project_get_for_user,
     project_source_ids,
     source_ids_readable,
+    user_is_tenant_admin,
     user_tenant_id,
 )
 from sources.models import DataSource, Document, ProjectSource
@@ -180,3 +182,18 @@ def document_get_for_user(user, *, source_public_id: str, external_id: str) -> t
         if document is None or (document.principals and not principals.intersection(document.principals)):
             raise DocumentNotFound("no such document")
     return document, source
+
+
+def source_sync_allowed(*, user, tenant_id: int, source: DataSource) -> bool:
+    """The one answer to "may this person queue a sync of ``source``", for the web's Sync now and
+    the API alike: an owner or admin of the tenant (any of its sources), or an ``editor`` of a
+    project the source is attached to (``projects.selectors.project_can_edit``). A user without
+    a primary key (a service token's stand-in) or ``None`` never may."""
+    user_id = getattr(user, "pk", None)
+    if user_id is None:
+        return False
+    if user_is_tenant_admin(user, tenant_id):
+        return True
+    with tenant_context(tenant_id, user_id=user_id):
+        project_ids = list(ProjectSource.objects.filter(source=source).values_list("project_id", flat=True))
+        return project_can_edit(user_id=user_id, project_ids=project_ids)

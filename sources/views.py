@@ -22,6 +22,7 @@ from kbportal.tenancy import tenant_context
 from projects.selectors import user_is_tenant_admin, user_tenant_id
 from sources.models import DataSource
 from sources.scheduling import source_find_for_webhook, source_health_list, source_sync_queue
+from sources.selectors import source_sync_allowed
 
 logger = logging.getLogger(__name__)
 
@@ -62,21 +63,23 @@ def status_page(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def sync_now(request: HttpRequest, slug: str) -> HttpResponse:
-    """``POST /sources/<slug>/sync``: queue a run of the tenant's source ``slug`` (owners and
-    admins; 404 otherwise), through the same path as the schedule, the admin and the API."""
-    tenant_id = _admin_tenant(request)
+    """``POST /sources/<slug>/sync``: queue a run of the tenant's source ``slug``, through the same
+    path as the schedule, the admin and the API, for whoever may sync it there too (owners,
+    admins, editors of one of its projects: ``sources.selectors.source_sync_allowed``); 404 for
+    anyone else, so a source's existence is not told."""
+    tenant_id = user_tenant_id(request.user)
     if tenant_id is None:
         return _not_found(request)
     with tenant_context(tenant_id, user_id=request.user.pk):
         source = DataSource.objects.filter(slug=slug).first()
-    if source is None:
+    if source is None or not source_sync_allowed(user=request.user, tenant_id=tenant_id, source=source):
         return _not_found(request)
     run = source_sync_queue(
         tenant_id=tenant_id, source_id=source.pk, via="web", actor=request.user, token_prefix=None,
         user_id=request.user.pk,
     )  # fmt: skip
     messages.success(request, f"Queued run {run.pk} of {source.name}.")
-    return redirect("sources:status")
+    return redirect("sources:status" if _admin_tenant(request) is not None else "search:ask")
 
 
 def _error(status: int, code: str, text: str, field: str | None = None) -> JsonResponse:

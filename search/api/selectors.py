@@ -18,7 +18,6 @@ from kbportal.tenancy import tenant_context
 from projects.models import Project
 from projects.selectors import (
     ScopeNotFound,
-    project_can_edit,
     project_default_for_user,
     project_queryset_for_token,
     project_queryset_readable,
@@ -29,7 +28,14 @@ from search.api.authentication import ApiCaller
 from search.models import AnswerRecord
 from sources.models import DataSource, IngestionRun, ProjectSource
 from sources.scheduling import source_next_run_at
-from sources.selectors import QueryScope, SourceNotFound, scope_for_token, scope_for_user, user_principals
+from sources.selectors import (
+    QueryScope,
+    SourceNotFound,
+    scope_for_token,
+    scope_for_user,
+    source_sync_allowed,
+    user_principals,
+)
 
 NO_ORGANIZATION = "you do not belong to any organization yet"
 
@@ -184,13 +190,11 @@ def caller_is_tenant_admin(caller: ApiCaller) -> bool:
 
 
 def caller_may_sync_source(caller: ApiCaller, source: DataSource) -> bool:
-    """True when the caller (a person) may queue a sync of ``source``: an owner or admin of the
-    tenant, or an ``editor`` of a project the source is attached to (``projects.selectors.project_can_edit``)."""
+    """True when the caller (a person) may queue a sync of ``source``
+    (``sources.selectors.source_sync_allowed``, the decision the web's Sync now takes too)."""
     if caller.user_id is None or caller.tenant_id is None:
         return False
-    with tenant_context(caller.tenant_id, user_id=caller.user_id):
-        project_ids = list(ProjectSource.objects.filter(source=source).values_list("project_id", flat=True))
-        return project_can_edit(user_id=caller.user_id, project_ids=project_ids)
+    return source_sync_allowed(user=caller.user, tenant_id=caller.tenant_id, source=source)
 
 
 def answer_asked_by_caller(caller: ApiCaller, *, answer_id: uuid.UUID) -> bool:

@@ -18,6 +18,7 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
 from django.test import Client, override_settings
 
+from kbportal.models import AuditEvent
 from kbportal.tenancy import tenant_context
 from projects.models import Membership, Profile, Project, ProjectMember
 from projects.selectors import (
@@ -41,6 +42,7 @@ from projects.services import (
     project_set_visibility,
 )
 from search.retrieval import hybrid_search
+from sources.models import IngestionRun
 from sources.selectors import DocumentNotFound, document_get_for_user, scope_for_token, scope_for_user
 
 CUSTOM = {"test_rows": "tests.search.rows_connector.RowsConnector"}
@@ -292,6 +294,28 @@ def test_only_editors_and_admins_may_sync_a_restricted_projects_source(pm, db, d
             response = client.post(f"/api/v1/sources/{pm.secret_source.slug}/sync")
         assert response.status_code == 202, response.content
         assert response.json()["run_id"]
+
+
+def test_web_sync_now_answers_as_the_api_for_viewers_members_and_editors(pm, db, django_capture_on_commit_callbacks):
+    """One decision (``source_sync_allowed``) on both surfaces: the API's 403/404 is the web's
+    404 (a page never tells a source exists), and an editor of the source's project, who may
+    sync through the API, may through the web page too."""
+    client = Client()
+    with tenant_context(pm.tenant.pk):
+        before = set(IngestionRun.objects.filter(source=pm.secret_source).values_list("pk", flat=True))
+    for user in (pm.viewer, pm.member):
+        client.force_login(user)
+        assert client.post(f"/sources/{pm.secret_source.slug}/sync").status_code == 404
+    with tenant_context(pm.tenant.pk):
+        assert set(IngestionRun.objects.filter(source=pm.secret_source).values_list("pk", flat=True)) == before
+    client.force_login(pm.editor)
+    with django_capture_on_commit_callbacks(execute=False):
+        response = client.post(f"/sources/{pm.secret_source.slug}/sync")
+    assert response.status_code == 302, response.content
+    with tenant_context(pm.tenant.pk):
+        run = IngestionRun.objects.filter(source=pm.secret_source).exclude(pk__in=before).get()
+        event = AuditEvent.objects.get(action="source.sync", data__run_id=run.pk)
+    assert run.status == "queued" and event.actor_id == pm.editor.pk and event.data["via"] == "web"
 
 
 def test_project_member_rows_are_tenant_owned_under_row_level_security(pm, db):
