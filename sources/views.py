@@ -1,13 +1,8 @@
-"""Web views of data sources: the tenant admins' status page and "sync now", and the git push
-webhook. Each calls one function of ``sources.scheduling``; none holds logic of its own."""
+"""Web views of data sources: the tenant admins' status page, "sync now", and the git push
+webhook. Each parses the request, calls a selector or service (``sources.selectors``,
+``sources.scheduling``, ``sources.webhooks``) and renders its answer."""
 
 from __future__ import annotations
-
-import hashlib
-import hmac
-import json
-import logging
-from urllib.parse import parse_qs
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -17,16 +12,12 @@ from django.shortcuts import redirect, render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from kbportal.secrets import SecretsError, decrypt_value
 from kbportal.tenancy import tenant_context
 from projects.selectors import user_is_tenant_admin, user_tenant_id
 from sources.models import DataSource
-from sources.scheduling import source_find_for_webhook, source_health_list, source_sync_queue
+from sources.scheduling import source_health_list, source_sync_queue
 from sources.selectors import source_sync_allowed
-
-logger = logging.getLogger(__name__)
-
-SIGNATURE_HEADER = "X-Hub-Signature-256"
+from sources.webhooks import SIGNATURE_HEADER, git_push_receive
 
 
 def _admin_tenant(request: HttpRequest) -> int | None:
@@ -82,88 +73,25 @@ def sync_now(request: HttpRequest, slug: str) -> HttpResponse:
     return redirect("sources:status" if _admin_tenant(request) is not None else "search:ask")
 
 
-def _error(status: int, code: str, text: str, field: str | None = None) -> JsonResponse:
-    body = {"error": text, "code": code}
-    if field:
-        body["field"] = field
-    return JsonResponse(body, status=status)
-
-
-def signature_valid(secret: str, body: bytes, header: str) -> bool:
-    """True when ``header`` is ``sha256=<hex HMAC-SHA256 of body keyed by secret>`` (GitHub's
-    ``X-Hub-Signature-256``; Gitea and GitLab-compatible senders use the same form). Constant
-    time comparison."""
-    expected = "sha256=" + hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected.encode("ascii"), header.strip().lower().encode("ascii", "replace"))
-
-
-def _pushed_branch(request: HttpRequest, body: bytes) -> str | None:
-    """The branch a push event names (``refs/heads/<branch>``), or ``None`` when it names none."""
-    try:
-        if request.content_type == "application/x-www-form-urlencoded":
-            payload = json.loads(parse_qs(body.decode("utf-8")).get("payload", ["{}"])[0])
-        else:
-            payload = json.loads(body or b"{}")
-    except (ValueError, UnicodeDecodeError):
-        return None
-    ref = payload.get("ref") if isinstance(payload, dict) else None
-    if isinstance(ref, str) and ref.startswith("refs/heads/"):
-        return ref[len("refs/heads/") :]
-    return None
-
-
 @csrf_exempt
 @require_POST
 def git_push_hook(request: HttpRequest, public_id: str) -> JsonResponse:
     """``POST /hooks/git/<source public id>``: a repository host's push webhook for a git source.
 
-    Checks ``X-Hub-Signature-256`` (HMAC-SHA256 of the raw body with the source's
-    ``webhook_secret``) and queues a sync of that source (a run already queued is reused).
-    Responses, all JSON ``{"error", "code"}`` on failure: 202 ``{"status": "queued", "run_id"}``;
-    200 ``{"status": "pong"}`` for a ``ping`` event and ``{"status": "ignored", "reason"}`` for
-    another event or a push to a branch the source does not index; 404 no git source with
-    that id (in any tenant: nothing else is said); 403 ``webhook_disabled`` (no secret set) or
-    ``signature_invalid``; 401 ``signature_missing``; 413 a body over Django's upload limit.
+    The answer is :func:`sources.webhooks.git_push_receive`'s (JSON, ``{"error", "code"}`` on
+    failure), or 413 ``too_large`` for a body over Django's upload limit.
     """
-    source = source_find_for_webhook(public_id)
-    if source is None or source.kind != "git":
-        return _error(404, "not_found", "no git data source with this id")
-    stored = source.config.get("webhook_secret")
-    if not isinstance(stored, str) or not stored:
-        return _error(403, "webhook_disabled", "webhooks are off: this data source has no webhook_secret")
-    try:
-        secret = decrypt_value(stored, label=f"data source {source.slug!r}", field="webhook_secret")
-    except SecretsError:
-        logger.exception("webhook of source %s: its webhook_secret cannot be decrypted", source.pk)
-        return _error(503, "secret_unreadable", "this data source's webhook_secret cannot be read on the server")
     try:
         body = request.body
     except RequestDataTooBig:
-        return _error(413, "too_large", "the request body is larger than this server accepts")
-    header = request.headers.get(SIGNATURE_HEADER)
-    if not header:
-        return _error(
-            401, "signature_missing",
-            f"{SIGNATURE_HEADER}: missing; send 'sha256=<hex HMAC-SHA256 of the body keyed by webhook_secret>'",
-            field=SIGNATURE_HEADER,
-        )  # fmt: skip
-    if not signature_valid(secret, body, header):
-        return _error(
-            403, "signature_invalid",
-            f"{SIGNATURE_HEADER}: does not match the body signed with this source's webhook_secret",
-            field=SIGNATURE_HEADER,
-        )  # fmt: skip
-    event = request.headers.get("X-GitHub-Event") or request.headers.get("X-Gitea-Event") or "push"
-    if event == "ping":
-        return JsonResponse({"status": "pong"})
-    if event != "push":
-        return JsonResponse({"status": "ignored", "reason": f"event {event!r} is not a push"})
-    branch = _pushed_branch(request, body)
-    wanted = source.config.get("branch")
-    if branch is not None and wanted and branch != wanted:
-        return JsonResponse({"status": "ignored", "reason": f"push to {branch!r}; this source indexes {wanted!r}"})
-    run = source_sync_queue(
-        tenant_id=source.tenant_id, source_id=source.pk, via="webhook", actor=None, token_prefix=None,
-        reuse_queued=True,
-    )  # fmt: skip
-    return JsonResponse({"status": "queued", "run_id": run.pk}, status=202)
+        return JsonResponse(
+            {"error": "the request body is larger than this server accepts", "code": "too_large"}, status=413
+        )
+    outcome = git_push_receive(
+        public_id=public_id,
+        body=body,
+        signature=request.headers.get(SIGNATURE_HEADER),
+        event=request.headers.get("X-GitHub-Event") or request.headers.get("X-Gitea-Event"),
+        form_encoded=request.content_type == "application/x-www-form-urlencoded",
+    )
+    return JsonResponse(outcome.body, status=outcome.status)
