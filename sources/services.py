@@ -22,7 +22,7 @@ from django.utils.text import slugify
 from kbportal.audit import audit_record
 from kbportal.secrets import MASK, SecretsError, decrypt_value, encrypt_fields, is_encrypted, rotate_value
 from kbportal.tenancy import tenant_context
-from sources.connectors.base import ConnectorError, DocumentRow, IngestReport
+from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
 from sources.connectors.registry import build_connector, secret_fields
 from sources.connectors.slack_rows import ts_key, valid_ts
 from sources.embeddings import Embedder, get_embedder
@@ -514,26 +514,12 @@ def source_refresh_champions(
         return cursor.rowcount
 
 
-def _connector_bind(connector: Any, *, tenant_id: int, source_id: int) -> None:
-    """Hand a connector that reads the source's own index (it has ``bind_source``, e.g. Slack
-    connectors for term statistics and stored thread distillations) the tenant and source ids."""
-    bind = getattr(connector, "bind_source", None)
-    if callable(bind):
-        bind(tenant_id=tenant_id, source_id=source_id)
-
-
-def _connector_resume(connector: Any, *, tenant_id: int, source_id: int) -> bool:
-    """For a connector that can read only what changed (it has ``resume_from(cursor) -> bool``):
-    hand it the source's cursor, the newest ``updated_at`` among its stored rows (``None`` when
-    it has none). Returns the connector's answer: true when the run is partial, so rows it does
-    not yield must not be deleted; false for every other connector.
-    """
-    resume = getattr(connector, "resume_from", None)
-    if not callable(resume):
-        return False
+def _connector_resume(connector: Connector, *, tenant_id: int, source_id: int) -> bool:
+    """Hand the connector the source's cursor, the newest ``updated_at`` among its stored rows
+    (``Connector.resume_from``); true when the run is partial, so unseen rows must stay."""
     with tenant_context(tenant_id):
         cursor = Document.objects.filter(source_id=source_id).aggregate(cursor=Max("updated_at"))["cursor"]
-    return bool(resume(cursor))
+    return connector.resume_from(cursor)
 
 
 def source_ingest(
@@ -590,7 +576,7 @@ def _source_ingest(
     status, error = IngestionRun.Status.SUCCEEDED, ""
     try:
         connector = build_connector(kind, config, include=include, exclude=exclude, source_label=label)
-        _connector_bind(connector, tenant_id=tenant_id, source_id=source_id)
+        connector.bind_source(tenant_id=tenant_id, source_id=source_id)
         partial = _connector_resume(connector, tenant_id=tenant_id, source_id=source_id)
         rows = 0
         for row in connector.iter_rows(report):
@@ -793,7 +779,7 @@ def slack_thread_refresh(*, tenant_id: int, source_id: int, channel: str, thread
     connector: Any = build_connector(  # a SlackConnector (checked above), which refreshes threads
         source.kind, source.config, include=source.include, exclude=source.exclude, source_label=source_label(source)
     )
-    _connector_bind(connector, tenant_id=tenant_id, source_id=source_id)
+    connector.bind_source(tenant_id=tenant_id, source_id=source_id)
     thread_id = f"{channel}:{thread_ts}"
     with transaction.atomic():
         _slack_channel_lock(source_id, channel)

@@ -128,6 +128,18 @@ class Connector(ABC):
             return False
         return not any(fnmatch.fnmatch(path, pattern) for pattern in self.exclude)
 
+    def bind_source(self, *, tenant_id: int, source_id: int) -> None:  # noqa: B027 - an optional hook
+        """Hook called before ``iter_rows`` with the ids of the source being ingested, for a
+        connector that reads the source's own index (Slack: term statistics and the stored thread
+        distillations). The default does nothing."""
+
+    def resume_from(self, cursor: datetime | None) -> bool:
+        """Hook called before ``iter_rows`` with the newest ``updated_at`` among the source's
+        stored rows (``None`` when it has none), for a connector that can read only what changed
+        since (GitHub, Jira). Returns true when the run will then be partial, so rows it does not
+        yield must not be deleted. The default reads everything: false."""
+        return False
+
     @abstractmethod
     def iter_rows(self, report: IngestReport) -> Iterator[DocumentRow]:
         """Yield every row of the source. Raises :class:`ConnectorError` when it cannot be read."""

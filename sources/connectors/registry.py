@@ -50,11 +50,18 @@ def connector_kinds() -> dict[str, str]:
 
 
 def get_connector_class(kind: str) -> type[Connector]:
-    """The connector class for ``kind``. Raises ``ConnectorError`` for an unknown kind."""
+    """The connector class for ``kind``. Raises ``ConnectorError`` for an unknown kind or a
+    registered path that is not a :class:`Connector` subclass (its hooks have defaults there)."""
     kinds = connector_kinds()
     if kind not in kinds:
         raise ConnectorError(f"unknown data source kind {kind!r}; known kinds: {', '.join(sorted(kinds))}")
-    return import_string(kinds[kind])
+    cls = import_string(kinds[kind])
+    if not (isinstance(cls, type) and issubclass(cls, Connector)):
+        raise ConnectorError(
+            f"data source kind {kind!r} maps to {kinds[kind]!r}, which is not a subclass of "
+            "sources.connectors.base.Connector"
+        )
+    return cls
 
 
 def secret_fields(kind: str) -> frozenset[str]:

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from pydantic import Field, field_validator
 
-from sources.connectors.jira.config import AtlassianConfig
+from sources.connectors.atlassian.config import AtlassianConfig
 
 SPACE_KEY_RE = re.compile(r"^~?[A-Za-z0-9_-]{1,255}$")
 

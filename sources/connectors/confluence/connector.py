@@ -40,10 +40,10 @@ from urllib.parse import urlsplit
 
 from bs4 import BeautifulSoup
 
+from sources.connectors.atlassian.client import AtlassianClient, AtlassianError
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport, json_object
 from sources.connectors.confluence.config import ConfluenceConfig
 from sources.connectors.confluence.rows import Page, effective_principals, page_rows, user_principal
-from sources.connectors.jira.client import AtlassianClient, AtlassianError
 from sources.connectors.jira.connector import parse_time
 
 RESTRICTIONS = "restrictions.read.restrictions.user,restrictions.read.restrictions.group"

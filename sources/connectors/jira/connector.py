@@ -40,8 +40,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from sources.connectors.atlassian.client import AtlassianClient
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
-from sources.connectors.jira.client import AtlassianClient
 from sources.connectors.jira.config import JiraConfig
 
 FIELDS = (

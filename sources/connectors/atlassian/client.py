@@ -24,7 +24,7 @@ import requests
 from sources.connectors.http import RestClient, RestError, RestRateLimited, shown
 
 if TYPE_CHECKING:
-    from sources.connectors.jira.config import AtlassianConfig
+    from sources.connectors.atlassian.config import AtlassianConfig
 
 DEFAULT_LIMIT_WAIT = 2.0  # seconds; doubled per limited answer when no Retry-After says how long
 

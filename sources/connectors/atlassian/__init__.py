@@ -1,0 +1,1 @@
+"""What Jira and Confluence share: the Atlassian REST client and the site/credential config."""
