@@ -63,7 +63,12 @@ ANSWER_TYPES = (
     ),
     AnswerType(
         "number",
-        re.compile(r"\bhow\s+(?:many|much)\b", re.I),
+        # a count, amount, share or duration ("how long", "what percentage", "the maximum number of")
+        re.compile(
+            r"\bhow\s+(?:many|much|long)\b|\bwhat\s+(?:percentage|proportion|fraction)\b"
+            r"|\bwhat\s+(?:is|was|are|were)\s+the\s+(?:\w+\s+)?(?:number|count|amount|percentage|price|cost)\s+of\b",
+            re.I,
+        ),
         re.compile(rf"\d|\b(?:{_NUMBER_WORDS})\b", re.I),
         verbatim=False,  # "how many writeups …" is counted across sources, not copied from one
     ),

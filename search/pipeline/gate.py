@@ -32,8 +32,10 @@ in the organization's data (a signal that fades as the data grows):
    (``search.text.specific_terms``: ``ZEBRA-4471``, ``HTTP/3``, ``kv_crc``) that no relevant
    block holds: partial, the answer names it.
 4. **Expected answer type** (``search.pipeline.answer_types``): a question asking for a Slack
-   channel, email, link, version or count whose relevant evidence holds no value of that form:
-   partial.
+   channel, email, link, version or count whose answering passages (the passages holding most
+   of the question's weight, with their neighbours: ``passages.answering_text``) hold no value
+   of that form: partial. A value elsewhere in the evidence (another ticket's version) is no
+   answer to this question.
 
 Everything reads only the evidence the asker may read, so a note never reveals a restricted
 document.
@@ -56,7 +58,7 @@ from kbportal.tenancy import tenant_context
 from search.llm import llm_client, llm_configured
 from search.pipeline.answer_types import asked_answer_type
 from search.pipeline.evidence import Evidence, evidence_text
-from search.pipeline.passages import ScoredEvidence, score_evidence
+from search.pipeline.passages import ScoredEvidence, answering_passages, score_evidence
 from search.retrieval import dense_ranking, query_terms, scope_where_sql
 from search.text import holds_term, neutralize_citations, specific_terms
 from sources.embeddings import get_embedder
@@ -174,6 +176,16 @@ def missing_specific_terms(question: str, evidence: Sequence[Evidence]) -> tuple
     return tuple(term for term in specific_terms(question) if not holds_term(text, term))
 
 
+def answering_text(scored: ScoredEvidence, evidence: Sequence[Evidence]) -> str:
+    """The answering passages (``passages.answering_passages``) as one text, each block they
+    come from headed by its thread's channel (``#name``): a thread from #billing holds that
+    channel though its messages never write it."""
+    chosen = answering_passages(scored)
+    channels = {ev.n: f"#{ev.metadata['channel']}" for ev in evidence if ev.metadata.get("channel")}
+    heads = [channels[n] for n in dict.fromkeys(p.n for p in chosen) if n in channels]
+    return "\n".join([*heads, *(p.text for p in chosen)])
+
+
 MARGIN_CANDIDATES = 50  # the dense list whose head and tail the margin compares
 MARGIN_TAIL_FROM = 10  # the tail: ranks after this one
 
@@ -237,7 +249,7 @@ def judge(question: str, evidence: list[Evidence], scope: QueryScope) -> Verdict
         answerable, decided_by = judged != NOT_FOUND, "evidence and llm"
     missing_terms = missing_specific_terms(question, evidence)
     asked = asked_answer_type(question)
-    held = asked is None or asked.held_by(evidence_text(ev for ev in evidence if ev.is_relevant))
+    held = asked is None or asked.held_by(answering_text(scored, evidence))
     if not answerable:
         status: Status = NOT_FOUND
     elif missing_terms or not held:

@@ -99,6 +99,30 @@ class ScoredEvidence:
         return sorted(((t, w) for t, w in self.weights.items() if t not in held), key=lambda tw: (-tw[1], tw[0]))
 
 
+ANSWERING_PASSAGES = 5  # passages by coverage where an answer of the asked form must appear
+ANSWERING_RELATIVE_COVERAGE = 0.5  # ... each holding at least this share of the best one's coverage
+
+
+def answering_passages(scored: ScoredEvidence, *, top: int = ANSWERING_PASSAGES) -> list[Passage]:
+    """Where an answer to the question would be: the ``top`` passages holding the most of the
+    question's weight (at least ``ANSWERING_RELATIVE_COVERAGE`` of the best one's), each with the
+    passage before and after it in its block, in block then text order. An answer candidate is
+    looked for in the passages that match the question, not anywhere in the evidence (answer
+    extraction from the top-ranked passages, Moldovan et al., ACL 2000): a version another ticket
+    states is no answer to this one."""
+    passages = scored.passages
+    ranked = sorted(range(len(passages)), key=lambda i: (-passages[i].coverage, i))[:top]
+    if ranked:
+        floor = ANSWERING_RELATIVE_COVERAGE * passages[ranked[0]].coverage
+        ranked = [i for i in ranked if passages[i].coverage >= floor]
+    near: set[int] = set()
+    for i in ranked:
+        for j in (i - 1, i, i + 1):
+            if 0 <= j < len(passages) and passages[j].n == passages[i].n:
+                near.add(j)
+    return [passages[i] for i in sorted(near)]
+
+
 def is_code(ev: Evidence) -> bool:
     """A block of source code (a code row not written in a prose language such as Markdown)."""
     return ev.kind in CODE_KINDS and str(ev.metadata.get("language") or "") not in PROSE_LANGUAGES

@@ -267,8 +267,8 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
     """The passages the extractive answer quotes: the best one, then at most
     ``EXTRACTIVE_PASSAGES - 1`` more scoring at least ``EXTRACTIVE_RELATIVE_SCORE`` of it, from
     at most ``EXTRACTIVE_BLOCKS`` blocks and ``PER_BLOCK`` per block; in evidence order, then text
-    order. Never a heading, a table row, a fragment or a sentence introducing code that is not
-    shown. When the question names identifiers and
+    order. Never a heading, a table row, a fragment, a sentence introducing code that is not
+    shown, or a sentence already quoted from another block. When the question names identifiers and
     some block holds one, only such blocks are quoted (a citation never points at a block lacking
     what was asked)."""
     scored = verdict.scored
@@ -293,11 +293,16 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
     best = passage_score(ranked[0])
     chosen: list[Passage] = []
     per_block: dict[int, int] = {}
+    said: set[str] = set()  # one page copied into another says the same sentence twice: quote it once
     for p in ranked:
         if len(chosen) == EXTRACTIVE_PASSAGES or passage_score(p) < EXTRACTIVE_RELATIVE_SCORE * best:
             break
         if per_block.get(p.n, 0) >= PER_BLOCK or (p.n not in per_block and len(per_block) >= EXTRACTIVE_BLOCKS):
             continue
+        key = " ".join(p.text.lower().split())
+        if key in said:
+            continue
+        said.add(key)
         per_block[p.n] = per_block.get(p.n, 0) + 1
         chosen.append(p)
     order = {n: i for i, n in enumerate(per_block)}  # blocks in the order their best passage ranked

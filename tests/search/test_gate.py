@@ -178,6 +178,10 @@ def test_the_gate_reads_only_what_the_asker_may_read(kb):
         ("What is the channel strategy for partners?", None),  # "channel strategy" is not a Slack channel
         ("When was the gizmo warranty introduced?", "date"),
         ("When is a dependency with yield run?", None),  # a condition, not a point in time
+        ("How long are audit logs kept?", "number"),  # a duration
+        ("What is the maximum number of streams per key?", "number"),
+        ("What percentage of requests stalled?", "number"),
+        ("What is the number one cause of stalls?", None),
     ],
 )
 def test_asked_answer_type_recognises_the_form_of_value_asked_for(question, label):
@@ -221,6 +225,35 @@ def test_evidence_with_no_value_of_the_asked_form_cannot_answer(kb):
     thread = _block(3, "Deploy day", "Ana: release is out, billing looks fine.", lexical_rank=3)
     thread.metadata = {"channel": "billing-ops"}
     assert judge(question, [*teams, thread], scope).missing_type == ""
+
+
+@pytest.mark.django_db
+def test_a_value_of_the_asked_form_must_be_where_the_question_is_answered(kb):
+    """The version another ticket states is no answer to this one: the value must appear in the
+    passages that hold the question's terms (or next to them), not anywhere in the evidence."""
+    scope = scope_for_user(kb.acme.admin)
+    question = "Which firmware version fixed the badge reader errors?"
+    ticket = _block(1, "Badge reader errors", "Badge reader errors started after a firmware push to the readers. "
+                    "The fix rolled back the reader certificate; facilities rebooted the controllers.",
+                    lexical_rank=1, dense_rank=1, similarity=0.7)  # fmt: skip
+    other = _block(2, "SDK upgrade", "Customers on the Python SDK should move to v1.8.4 for the retry fix.",
+                   lexical_rank=2, dense_rank=2, similarity=0.4)  # fmt: skip
+    verdict = judge(question, [ticket, other], scope)
+    assert verdict.missing_type == "version" and verdict.declines
+    stated = _block(1, ticket.title, ticket.text + " Firmware 4.2.1 was rolled out to the readers as the fix.",
+                    lexical_rank=1, dense_rank=1, similarity=0.7)  # fmt: skip
+    assert judge(question, [stated, other], scope).missing_type == ""
+
+
+@pytest.mark.django_db
+def test_the_extractive_answer_quotes_a_sentence_two_pages_share_once(kb):
+    scope = scope_for_user(kb.acme.admin)
+    question = "How do I rotate the signing key of the billing service?"
+    said = "To rotate the signing key of the billing service, run make rotate-key and restart the workers."
+    blocks = [_block(1, "Billing runbook > Keys", said, lexical_rank=1, dense_rank=1, similarity=0.8),
+              _block(2, "Billing runbook copy > Keys", said, lexical_rank=2, dense_rank=2, similarity=0.8)]  # fmt: skip
+    answer = extractive_answer(question, blocks, verdict=judge(question, blocks, scope))
+    assert answer.answers and answer.text.count("make rotate-key") == 1
 
 
 @pytest.mark.django_db
