@@ -105,10 +105,10 @@ def specific_terms(question: str, *, acronyms: bool = True) -> list[str]:
 
 def holds_term(text: str, term: str) -> bool:
     """``term`` occurs in ``text`` as a whole token or as the first part of a longer identifier
-    (``Jinja2`` in ``Jinja2Templates``, ``should_embed`` in ``_should_embed_body``; not
+    (``Jinja2`` in ``Jinja2Templates``, ``parse_date`` in ``_parse_date_header``; not
     ``ERR-4471`` in ``ERR-4471B``),
     case-insensitively, with any run of spaces, hyphens or underscores between its parts matching
-    any other (``ZEBRA-4471`` = ``zebra 4471``, ``kv_crc`` = ``kv-crc``)."""
+    any other (``ZEBRA-4471`` = ``zebra 4471``, ``max_retry_ms`` = ``max-retry-ms``)."""
     parts = [re.escape(p) for p in re.split(r"[\s_\-]+", term.strip()) if p]
     if not parts:
         return False

@@ -168,7 +168,7 @@ def known_text(evidence: Sequence[Evidence], question: str = "") -> str:
 
 
 def holds_whole(known: str, value: str) -> bool:
-    """``value`` occurs in ``known`` as a whole name: "#incident-bot" is not "#incident-bot-archive"."""
+    """``value`` occurs in ``known`` as a whole name: "#deploys" is not "#deploys-archive"."""
     return bool(re.search(r"(?<![\w#-])" + re.escape(_flat(value)) + r"(?![\w-])", known))
 
 
@@ -201,8 +201,8 @@ def invented_names(question: str, text: str, evidence: Sequence[Evidence]) -> li
     """Names the answer writes (back-ticked spans, ``snake_case`` words, ``#channel`` names) that
     neither the question nor any evidence block's document (title, the whole row, context, and a
     thread's channel as ``#name``) contains, compared without case or spacing differences, in answer order, each
-    once. A channel is matched with its ``#``: a thread's word "incident-bot" does not make
-    "#incident-bot" a channel. Names the answer's own code example defines (:func:`example_names`)
+    once. A channel is matched with its ``#``: a thread's word "deploys" does not make
+    "#deploys" a channel. Names the answer's own code example defines (:func:`example_names`)
     and URLs on the RFC 2606 example hosts are the answer's illustration, not claims, and are
     left out."""
     known = known_text(evidence, question)

@@ -29,7 +29,7 @@ in the organization's data (a signal that fades as the data grows):
    to 11 of 15 unanswerable and 0 of 15 answerable ones, the model to 13 and 0, the two together
    to 14 and 0.
 3. **Named things the evidence lacks**: an identifier, code or quoted phrase the question names
-   (``search.text.specific_terms``: ``ZEBRA-4471``, ``HTTP/3``, ``kv_crc``) that no relevant
+   (``search.text.specific_terms``: ``ZEBRA-4471``, ``HTTP/3``, ``max_retry_ms``) that no relevant
    block holds: partial, the answer names it.
 4. **Expected answer type** (``search.pipeline.answer_types``): a question asking for a Slack
    channel, email, link, version or count whose answering passages (the passages holding most

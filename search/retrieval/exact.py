@@ -2,7 +2,7 @@
 only match it in meaning.
 
 The question's exact tokens are the identifiers, codes and quoted phrases it names
-(``search.text.specific_terms``: ``ZEBRA-4471``, ``kv_crc``, ``"connection reset by peer"``;
+(``search.text.specific_terms``: ``ZEBRA-4471``, ``max_retry_ms``, ``"connection reset by peer"``;
 not words in capitals such as ``PR`` or ``README``, which are often plain words).
 One is *rare* when at most ``RARE_SHARE`` of the scope's rows hold it (IDF >= ln(1 / 0.018) = 4.0,
 the design's rare-token threshold): a token most rows hold says nothing about which one answers.
