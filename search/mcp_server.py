@@ -39,12 +39,9 @@ from pydantic import BaseModel, Field
 
 from projects.selectors import ApiTokenRejected, ScopeNotFound, api_token_authenticate
 from projects.services import api_token_touch
-from search.llm import without_llm
 from search.pipeline.evidence import Evidence
-from search.retrieval import InvalidQuery, clean_query
-from search.services import search_record
-from search.tools.base import run_tool
-from search.tools.people import who_knows
+from search.retrieval import InvalidQuery
+from search.services import evidence_search, experts_find
 from sources.selectors import QueryScope, scope_for_token
 
 SERVER_NAME = "kbportal"
@@ -132,18 +129,12 @@ def evidence_for_token(raw_token: str, *, tool: str, query: str, limit: int, pro
     Writes the ``search`` audit event (``search.services.search_record``) with the token's prefix.
     """
     scope, prefix = _authorized_scope(raw_token, project)
-    try:
-        with without_llm():  # the MCP tools never call an LLM (no reranking by one either)
-            rows = run_tool(tool, query=query, scope=scope, limit=min(max(limit, 1), MAX_LIMIT))
+    try:  # the one search service, as the web page and the API run it (it never calls an LLM)
+        rows = evidence_search(
+            scope=scope, query=query, tool=tool, limit=min(max(limit, 1), MAX_LIMIT), token_prefix=prefix
+        )
     except InvalidQuery as exc:
         raise ToolError(str(exc)) from exc
-    search_record(
-        scope=scope,
-        query=clean_query(query),
-        tool=tool,
-        document_ids=[ev.document_id for ev in rows],
-        token_prefix=prefix,
-    )
     return EvidenceResults(project=scope.project_slug, results=[_item(n, ev) for n, ev in enumerate(rows, 1)])
 
 
@@ -152,17 +143,9 @@ def experts_for_token(raw_token: str, *, query: str, limit: int, project: str | 
     :func:`evidence_for_token`."""
     scope, prefix = _authorized_scope(raw_token, project)
     try:
-        experts = who_knows(query=query, scope=scope, limit=min(max(limit, 1), MAX_LIMIT))
+        experts = experts_find(scope=scope, query=query, limit=min(max(limit, 1), MAX_LIMIT), token_prefix=prefix)
     except InvalidQuery as exc:
         raise ToolError(str(exc)) from exc
-    search_record(
-        scope=scope,
-        query=clean_query(query),
-        tool="who_knows",
-        document_ids=list(dict.fromkeys(d.document_id for e in experts for d in e.documents)),
-        people=[e.name for e in experts],
-        token_prefix=prefix,
-    )
     return ExpertResults(
         project=scope.project_slug,
         experts=[

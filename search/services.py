@@ -1,9 +1,13 @@
-"""The ask service: plan -> execute -> evidence -> gate -> synthesize -> check, as a stream of
-events or at once.
+"""The operations every surface runs: ask, search and who-knows.
 
-``ask_stream`` is the pipeline; ``ask`` is the same stream consumed to its end. Web (the page
-and the server-sent-events endpoint), API and CLI all call one of the two. Every question is
-recorded as an ``AnswerRecord``, whose ``public_id`` is what feedback attaches to.
+- ``ask_stream`` is the answer pipeline (plan -> execute -> evidence -> gate -> synthesize ->
+  check); ``ask`` is the same stream consumed to its end. Every question is recorded as an
+  ``AnswerRecord``, whose ``public_id`` is what feedback attaches to.
+- ``evidence_search`` (the search page, ``GET /api/v1/search``, the MCP evidence tools) and
+  ``experts_find`` (the people page, ``GET /api/v1/who-knows``, the MCP ``who_knows`` tool) run
+  the same tool with the same options on every surface and write its ``search`` audit event.
+
+Web views, API views, the MCP server and the CLI call these and nothing below them.
 """
 
 from __future__ import annotations
@@ -19,14 +23,17 @@ from django.db import connection
 from kbportal.audit import FROM_REQUEST, audit_record
 from kbportal.tenancy import tenant_context
 from projects.selectors import membership_list_for_user
+from search.llm import without_llm
 from search.models import AnswerFeedback, AnswerRecord
 from search.pipeline.checks import Answer, check_answer
-from search.pipeline.evidence import Evidence
+from search.pipeline.evidence import Evidence, evidence_from_hit, number_evidence
 from search.pipeline.executor import execute_plan
 from search.pipeline.gate import Verdict, judge
 from search.pipeline.planner import make_plan
 from search.pipeline.synthesizer import Draft, synthesize_stream
-from search.retrieval import clean_query, scope_where_sql
+from search.retrieval import clean_query, hybrid_search, scope_where_sql
+from search.tools.base import run_tool
+from search.tools.people import Expert, who_knows
 from sources.selectors import QueryScope
 
 
@@ -293,6 +300,65 @@ def search_record(
     if people is not None:
         data["people"] = list(people)
     audit_record(action="search", tenant_id=scope.tenant_id, actor=scope.user_id, token_prefix=token_prefix, data=data)
+
+
+EVIDENCE_SEARCH_TOOLS = ("search", "search_slack", "search_code", "recent_prs")
+
+
+def evidence_search(
+    *,
+    scope: QueryScope,
+    query: str,
+    limit: int,
+    tool: str = "search",
+    kinds: list[str] | None = None,
+    token_prefix: Any = FROM_REQUEST,
+) -> list[Evidence]:
+    """Run evidence tool ``tool`` (``EVIDENCE_SEARCH_TOOLS``) for ``query`` in ``scope``: at most
+    ``limit`` blocks numbered 1..n, one per document (its other sections merged into it), best
+    first. ``kinds`` (``search`` only) keeps rows of those kinds. Never calls an LLM: the
+    ranking is the fusion order with near-duplicates collapsed, the same on every surface.
+
+    Raises ``search.retrieval.InvalidQuery`` for a blank or too long query and ``KeyError`` for
+    an unknown tool. Writes the ``search`` audit event (:func:`search_record`).
+    """
+    if tool not in EVIDENCE_SEARCH_TOOLS:
+        raise KeyError(tool)
+    query = clean_query(query)
+    with without_llm():
+        if kinds and tool == "search":
+            hits = hybrid_search(query, scope, limit=limit, kinds=kinds, rerank=True).hits
+            rows = [evidence_from_hit(h, tool=tool, query=query) for h in hits]
+        else:
+            rows = run_tool(tool, query=query, scope=scope, limit=limit)
+    evidence = number_evidence([rows], limit=limit)
+    search_record(
+        scope=scope,
+        query=query,
+        tool=tool,
+        document_ids=[ev.document_id for ev in evidence],
+        kinds=kinds,
+        token_prefix=token_prefix,
+    )
+    return evidence
+
+
+def experts_find(*, scope: QueryScope, query: str, limit: int, token_prefix: Any = FROM_REQUEST) -> list[Expert]:
+    """Who knows about ``query`` in ``scope``: at most ``limit`` people, best first, each with the
+    documents behind their score (``search.tools.people.who_knows``). Raises
+    ``search.retrieval.InvalidQuery`` for a blank or too long query. Writes the ``search`` audit
+    event (tool ``who_knows``, the documents and the people named)."""
+    query = clean_query(query)
+    experts = who_knows(query=query, scope=scope, limit=limit)
+    search_record(
+        scope=scope,
+        query=query,
+        tool="who_knows",
+        document_ids=list(dict.fromkeys(d.document_id for e in experts for d in e.documents)),
+        people=[e.name for e in experts],
+        token_prefix=token_prefix,
+    )
+    return experts
 
 
 class AnswerNotFound(LookupError):

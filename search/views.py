@@ -34,14 +34,17 @@ from kbportal.audit import (
 from projects.selectors import ScopeNotFound, project_list_for_user, user_is_tenant_admin, user_tenant_id
 from search.analytics import ANALYTICS_DAYS_MAX, Analytics, analytics_get
 from search.rendering import answer_html
-from search.retrieval import MAX_QUERY_CHARS, InvalidQuery, clean_query, hybrid_search, safe_link
-from search.services import AnswerNotFound, answer_feedback_submit, ask, ask_stream, search_record
+from search.retrieval import MAX_QUERY_CHARS, InvalidQuery, safe_link
+from search.services import AnswerNotFound, answer_feedback_submit, ask, ask_stream, evidence_search, experts_find
 from search.sse import server_sent_events
 from sources.selectors import DocumentNotFound, document_get_for_user, scope_for_user, user_principals
 
 logger = logging.getLogger(__name__)
 
 _SLUG = re.compile(r"[-a-zA-Z0-9_]{1,80}")
+
+PAGE_HITS = 20  # rows the search page lists
+PAGE_EXPERTS = 10  # people the who-knows page lists
 
 
 def _scope_or_onboarding(request: HttpRequest):
@@ -220,18 +223,8 @@ def people_page(request: HttpRequest) -> HttpResponse:
     query = request.GET.get("q", "")
     context = {"scope": scope, "question": query, "projects": project_list_for_user(request.user)}
     if "q" in request.GET:
-        from search.tools.people import who_knows
-
         try:
-            experts = who_knows(query=clean_query(query), scope=scope, limit=10)
-            context["experts"] = experts
-            search_record(
-                scope=scope,
-                query=clean_query(query),
-                tool="who_knows",
-                document_ids=list(dict.fromkeys(d.document_id for e in experts for d in e.documents)),
-                people=[e.name for e in experts],
-            )
+            context["experts"] = experts_find(scope=scope, query=query, limit=PAGE_EXPERTS)
         except InvalidQuery as exc:
             context["error"] = str(exc)
     return render(request, "search/people.html", context)
@@ -246,8 +239,7 @@ def search_page(request: HttpRequest) -> HttpResponse:
     context = {"scope": scope, "question": query, "projects": project_list_for_user(request.user)}
     if "q" in request.GET:
         try:
-            context["hits"] = hybrid_search(query, scope, limit=20).hits
-            search_record(scope=scope, query=clean_query(query), document_ids=[h.document_id for h in context["hits"]])
+            context["hits"] = evidence_search(scope=scope, query=query, limit=PAGE_HITS)
         except InvalidQuery as exc:
             context["error"] = str(exc)
     return render(request, "search/search.html", context)

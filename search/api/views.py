@@ -38,11 +38,16 @@ from search.api.selectors import (
 )
 from search.api.services import SyncForbidden, source_sync_request
 from search.api.throttling import ApiThrottle, AskThrottle
-from search.pipeline.evidence import evidence_from_hit, number_evidence
-from search.retrieval import InvalidQuery, hybrid_search
-from search.services import AnswerNotFound, answer_feedback_submit, ask, ask_stream, search_record
+from search.retrieval import InvalidQuery
+from search.services import (
+    AnswerNotFound,
+    answer_feedback_submit,
+    ask,
+    ask_stream,
+    evidence_search,
+    experts_find,
+)
 from search.sse import server_sent_events
-from search.tools.people import who_knows
 from sources.selectors import QueryScope, SourceNotFound
 
 _ERROR_TEXT = {
@@ -162,13 +167,9 @@ class SearchView(ApiView):
         scope = _scope(api_caller(request), params.get("project"))
         kinds = sorted(params.get("kind") or ()) or None
         try:
-            hits = hybrid_search(params["q"], scope, limit=params["limit"], kinds=kinds).hits
+            evidence = evidence_search(scope=scope, query=params["q"], limit=params["limit"], kinds=kinds)
         except InvalidQuery as exc:
             raise field_error("q", str(exc)) from exc
-        evidence = number_evidence(
-            [[evidence_from_hit(h, tool="search", query=params["q"]) for h in hits]], limit=params["limit"]
-        )
-        search_record(scope=scope, query=params["q"], document_ids=[ev.document_id for ev in evidence], kinds=kinds)
         return Response(
             {"project": scope.project_slug, "query": params["q"], "hits": [ev.as_dict() for ev in evidence]}
         )
@@ -188,16 +189,9 @@ class WhoKnowsView(ApiView):
         params = _valid(s.WhoKnowsQuerySerializer, request.query_params)
         scope = _scope(api_caller(request), params.get("project"))
         try:
-            experts = who_knows(query=params["q"], scope=scope, limit=params["limit"])
+            experts = experts_find(scope=scope, query=params["q"], limit=params["limit"])
         except InvalidQuery as exc:
             raise field_error("q", str(exc)) from exc
-        search_record(
-            scope=scope,
-            query=params["q"],
-            tool="who_knows",
-            document_ids=list(dict.fromkeys(d.document_id for e in experts for d in e.documents)),
-            people=[e.name for e in experts],
-        )
         return Response(
             {"project": scope.project_slug, "query": params["q"], "experts": [e.as_dict() for e in experts]}
         )
