@@ -3,11 +3,13 @@
 A failing or timed-out tool is reported in the result's ``tool_errors``, never fatal: by the
 exception's type only (its message may quote SQL, file paths or a provider's reply; it goes to
 the server log). Each tool runs in its own thread with its own database connection and opens
-the tenant context itself.
+the tenant context itself; the thread runs in a copy of the caller's context variables
+(``search.llm.without_llm`` among them).
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor, TimeoutError
@@ -69,7 +71,11 @@ def execute_plan(
         return ExecutionResult(evidence=number_evidence(groups, limit=limit), tools_run=tools_run, tool_errors=errors)
     pool = ThreadPoolExecutor(max_workers=max(1, len(plan.calls)), thread_name_prefix="kb-tool")
     try:
-        futures = [(call, pool.submit(_run_in_thread, call.tool, call.query, scope, limit)) for call in plan.calls]
+        # Each thread runs in a copy of the caller's context, so ``without_llm()`` holds there too.
+        futures = [
+            (call, pool.submit(contextvars.copy_context().run, _run_in_thread, call.tool, call.query, scope, limit))
+            for call in plan.calls
+        ]
         for call, future in futures:
             key = f"{call.tool}({call.query[:60]})"
             try:
