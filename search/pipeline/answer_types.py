@@ -24,20 +24,37 @@ class AnswerType:
     question: re.Pattern[str]
     answer: re.Pattern[str]
     verbatim: bool = True  # a value sources write as it is (a channel), not one an answer derives (a count)
+    ignored: re.Pattern[str] | None = None  # text that looks like a value but is none (a date is no count)
+
+    def _readable(self, text: str) -> str:
+        text = without_citations(text)
+        return self.ignored.sub(" ", text) if self.ignored is not None else text
 
     def values(self, text: str) -> list[str]:
-        """The values of this form in ``text``, in order, each once (citations ``[n]`` do not count)."""
-        return list(dict.fromkeys(m.group(0) for m in self.answer.finditer(without_citations(text))))
+        """The values of this form in ``text``, in order, each once (citations ``[n]`` and the
+        ``ignored`` spans do not count)."""
+        return list(dict.fromkeys(m.group(0) for m in self.answer.finditer(self._readable(text))))
 
     def held_by(self, text: str) -> bool:
-        """True when ``text`` holds a value of this form (citations ``[n]`` do not count)."""
-        return bool(self.answer.search(without_citations(text)))
+        """True when ``text`` holds a value of this form (citations ``[n]`` and the ``ignored``
+        spans do not count)."""
+        return bool(self.answer.search(self._readable(text)))
 
 
 _NUMBER_WORDS = "one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|dozen|hundred|thousand|million|none|no"
 _MONTHS = (
     "jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|"
     "oct(?:ober)?|nov(?:ember)?|dec(?:ember)?"
+)
+# A point in time, written with digits: 2024-03-02, 2024-03-02T09:15:00Z, 09:15, 09:15:30,
+# "March 1", "1 March 2024", "Mar 1st, 2024". A chat transcript stamps every line with one, so
+# neither a count nor a version may be read from it.
+_TIMESTAMP = re.compile(
+    r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
+    r"|\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[ap]\.?m\b\.?)?"
+    rf"|\b(?:{_MONTHS})\.?\s+\d{{1,2}}(?:st|nd|rd|th)?\b(?:,?\s+\d{{4}}\b)?"
+    rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:{_MONTHS})\b(?:,?\s+\d{{4}}\b)?",
+    re.I,
 )
 ANSWER_TYPES = (
     AnswerType(
@@ -57,9 +74,11 @@ ANSWER_TYPES = (
         re.compile(r"\b(?:which|what)\s+(?:[\w-]+\s+){0,2}versions?\b", re.I),
         # 2.2.3, v2, 1.x, "version 3", "Python 3" (a capitalised name, then a number that is no date)
         re.compile(
-            r"\b\d+(?:\.(?:\d+|x))+\b|\bv\d+\b|\b(?:version|release)\s+\d+|\b(?-i:[A-Z][A-Za-z]+)[ \t]+\d+(?![\w./-])",
+            r"\b\d+(?:\.(?:\d+|x))+\b|\bv\d+\b|\b(?:version|release)\s+\d+(?:\.(?:\d+|x))*"
+            r"|\b(?-i:[A-Z][A-Za-z]+)[ \t]+\d+(?![\w./-])",
             re.I,
         ),
+        ignored=_TIMESTAMP,
     ),
     AnswerType(
         "number",
@@ -71,6 +90,7 @@ ANSWER_TYPES = (
         ),
         re.compile(rf"\d|\b(?:{_NUMBER_WORDS})\b", re.I),
         verbatim=False,  # "how many writeups …" is counted across sources, not copied from one
+        ignored=_TIMESTAMP,
     ),
     AnswerType(
         "date",

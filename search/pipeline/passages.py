@@ -23,6 +23,7 @@ from django.db import connection
 
 from search.pipeline.evidence import Evidence
 from search.text import neutralize_citations
+from sources.connectors.slack_rows import TRANSCRIPT_KINDS, TRANSCRIPT_STAMP
 
 PASSAGE_MIN_CHARS = 25
 PASSAGE_MAX_CHARS = 360
@@ -136,6 +137,8 @@ def block_passages(ev: Evidence) -> list[Passage]:
     text = ev.text or ""
     if is_code(ev):  # code is quoted as code: its "[1]" is a list, not a citation
         return _code_passages(ev.n, text, 0)
+    if ev.kind in TRANSCRIPT_KINDS:
+        return _transcript_passages(ev.n, neutralize_citations(text))
     out: list[Passage] = []
     pos = 0
     for match in _FENCE.finditer(text):
@@ -183,6 +186,35 @@ def _prose_passages(n: int, text: str, order: int) -> list[Passage]:
     return [p for p in out if p.heading or len(p.text) >= PASSAGE_MIN_CHARS // 2]
 
 
+# A chat message's head: its time stamp (``transcript_line``) or its author ("Name: ", at most four words).
+_MESSAGE_HEAD = re.compile(TRANSCRIPT_STAMP.pattern + r"|^[^\s:]{1,40}(?: [^\s:]{1,40}){0,3}: ")
+
+
+def _transcript_passages(n: int, text: str) -> list[Passage]:
+    """A chat transcript's passages: one per message (a line; its indented continuation lines
+    joined to it), a long message cut into sentences. A message is a statement as written though
+    chat rarely ends one with a full stop: it is ``whole`` from its head (``YYYY-MM-DD HH:MM``
+    or ``Name:``) on, while a piece the excerpt cut inside a message (after ``…``) is whole only
+    as a sentence (:func:`_is_whole`)."""
+    out: list[Passage] = []
+    for piece in _GAP.split(text):
+        messages: list[str] = []
+        for line in piece.split("\n"):
+            if messages and line[:1].isspace() and line.strip():
+                messages[-1] = f"{messages[-1]} {line.strip()}"
+            elif line.strip():
+                messages.append(line.strip())
+        for message in messages:
+            head = bool(_MESSAGE_HEAD.match(message))
+            cleaned = _clean(message)
+            sentences = [cleaned] if len(cleaned) <= PASSAGE_MAX_CHARS else _SENTENCE_END.split(cleaned)
+            for i, sentence in enumerate(s.strip() for s in sentences):
+                if len(sentence) >= PASSAGE_MIN_CHARS // 2:
+                    whole = (head and i == 0) or _is_whole(sentence)
+                    out.append(Passage(n=n, text=sentence[: PASSAGE_MAX_CHARS * 2], order=len(out), whole=whole))
+    return out
+
+
 _ENDS = ".!?:;)\"'`*”’"
 
 
@@ -227,6 +259,7 @@ def embedding_text(title: str, text: str) -> str:
     """What is embedded for a passage: its block title's last part (a page's heading, not its
     whole path) and the passage's first ``EMBEDDED_CHARS`` characters."""
     heading = title.rsplit(" > ", 1)[-1][:80]
+    text = TRANSCRIPT_STAMP.sub("", text)  # a chat message's time stamp says nothing about its meaning
     return f"{heading}: {' '.join(text.split())[:EMBEDDED_CHARS]}"
 
 

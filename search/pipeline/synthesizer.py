@@ -25,6 +25,7 @@ from search.pipeline.evidence import CONTIGUOUS_KINDS, Evidence, query_passage
 from search.pipeline.gate import NO_EVIDENCE_NOTE, NOT_FOUND_NOTE, Verdict, missing_terms_note
 from search.pipeline.passages import Passage, is_code
 from search.text import CITATION, CITATION_PREFIX, holds_term, neutralize_citations, specific_terms
+from sources.connectors.slack_rows import TRANSCRIPT_KINDS
 
 logger = logging.getLogger(__name__)
 
@@ -270,7 +271,8 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
     order. Never a heading, a table row, a fragment, a sentence introducing code that is not
     shown, or a sentence already quoted from another block. When the question names identifiers and
     some block holds one, only such blocks are quoted (a citation never points at a block lacking
-    what was asked)."""
+    what was asked). In a chat transcript the message after a quoted one (its reply) is quoted
+    too when it holds any of the question's terms."""
     scored = verdict.scored
     candidates = scored.passages if scored else []
     # Whole sentences when there are any; else the excerpt's cut ones (quoted with "…").
@@ -305,6 +307,13 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
         said.add(key)
         per_block[p.n] = per_block.get(p.n, 0) + 1
         chosen.append(p)
+    # A chat message is read with its reply: a thread's first message asks, the next one answers.
+    for p in list(chosen):
+        if by_n[p.n].kind in TRANSCRIPT_KINDS and per_block[p.n] < PER_BLOCK:
+            reply = next((q for q in passages if q.n == p.n and q.order == p.order + 1), None)
+            if reply is not None and reply not in chosen and reply.coverage > 0:
+                per_block[p.n] += 1
+                chosen.append(reply)
     order = {n: i for i, n in enumerate(per_block)}  # blocks in the order their best passage ranked
     return sorted(chosen, key=lambda p: (order[p.n], p.order))
 

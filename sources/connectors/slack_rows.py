@@ -482,6 +482,10 @@ def build_row(
     )
 
 
+TRANSCRIPT_KINDS = frozenset({"thread", "conversation", "burst"})  # rows whose content is a transcript
+TRANSCRIPT_STAMP = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2} ")  # how a transcript line starts
+
+
 def transcript_line(message: SlackMessage) -> str:
     """``YYYY-MM-DD HH:MM Name: text`` (UTC); continuation lines indented so each message stays one entry."""
     text = message.text.replace("\n", "\n  ")

@@ -198,11 +198,73 @@ def test_asked_answer_type_recognises_the_form_of_value_asked_for(question, labe
         ("number", "Several writeups describe it [1] [2].", False),  # citations are not numbers
         ("version", "Upgrade the proxy to v2.2.3 [1].", True),
         ("version", "Upgrade the proxy [1].", False),
+        # a chat transcript stamps each message with a date and a time: neither is a count
+        ("number", "2024-03-02 09:15 Ana: the export job is stuck again", False),
+        ("number", "Posted 2024-03-02T09:15:00Z, answered at 10:30 am on March 1st, 2024.", False),
+        ("number", "2024-03-02 09:15 Ana: three exports are stuck", True),
+        ("version", "March 1 was when the proxy changed [1].", False),
+        ("version", "On 4 June 2024 the proxy was upgraded.", False),
+        ("version", "The proxy needs Python 3 [1].", True),
     ],
 )
 def test_a_value_of_the_asked_form_is_found_outside_citations(label, text, held):
     kind = next(t for t in ANSWER_TYPES if t.label == label)
     assert kind.held_by(text) is held
+
+
+def test_a_dotted_version_after_the_word_version_is_one_value():
+    version = next(t for t in ANSWER_TYPES if t.label == "version")
+    assert version.values("Upgrade to version 2.2.3 now.") == ["version 2.2.3"]
+
+
+def test_a_transcripts_passages_are_its_messages_each_a_statement_as_written():
+    """Chat seldom ends a message with a full stop: a message from its time stamp on is whole,
+    a piece the excerpt cut inside a message is not, and continuation lines stay with their message."""
+    text = ("2024-03-02 09:15 Ana: the nightly export is stuck on the orders table\n"
+            "2024-03-02 09:20 Bo: restart the export worker with `kb export --resume`\n"
+            "  then check the queue depth … it picked up the backlog after the restart")  # fmt: skip
+    passages = block_passages(_block(1, "#data-eng: export stuck", text, kind="thread"))
+    assert [p.text[:21] for p in passages[:2]] == ["2024-03-02 09:15 Ana:", "2024-03-02 09:20 Bo: "]
+    assert "then check the queue depth" in passages[1].text
+    assert [p.whole for p in passages] == [True, True, False]
+    # a transcript written without time stamps: each author's line is one message
+    plain = block_passages(_block(2, "#data-eng", "ana: the export is stuck\n\nbo: restart the worker", kind="thread"))
+    assert [(p.text, p.whole) for p in plain] == [("ana: the export is stuck", True), ("bo: restart the worker", True)]
+
+
+@pytest.mark.django_db
+def test_the_extractive_answer_quotes_the_thread_that_answers_not_a_whole_sentence_elsewhere(kb):
+    """A thread answering the question is quoted though its messages have no full stop; a whole
+    sentence of a page the question barely touches is not preferred to it."""
+    scope = scope_for_user(kb.acme.admin)
+    question = "How do I unstick the nightly export of the orders table?"
+    thread = _block(1, "#data-eng: nightly export stuck",
+                    "2024-03-02 09:15 Ana: the nightly export of the orders table is stuck again\n"
+                    "2024-03-02 09:20 Bo: to unstick the nightly export, restart the export worker with "
+                    "`kb export --resume`", kind="thread", lexical_rank=1, dense_rank=1, similarity=0.8)  # fmt: skip
+    page = _block(2, "Office guide > Kitchen", "The kitchen is cleaned every night by the facilities team.",
+                  lexical_rank=2, dense_rank=2, similarity=0.3)  # fmt: skip
+    verdict = judge(question, [thread, page], scope)
+    answer = extractive_answer(question, [thread, page], verdict=verdict)
+    assert answer.answers and "kb export --resume" in answer.text
+    assert "kitchen" not in answer.text.lower()
+
+
+@pytest.mark.django_db
+def test_a_count_question_over_a_chat_thread_needs_a_count_not_its_time_stamps(kb):
+    """Every transcript line carries a date and a time; a question asking how many is not answered
+    by them: the verdict declines until a message states a number."""
+    scope = scope_for_user(kb.acme.admin)
+    question = "How many orders did the stuck nightly export skip?"
+    text = ("2024-03-02 09:15 Ana: the nightly export skipped orders again\n"
+            "2024-03-02 09:20 Bo: the stuck nightly export skipped the orders table, restarting it")  # fmt: skip
+    thread = _block(1, "#data-eng: nightly export skipped orders", text, kind="thread",
+                    lexical_rank=1, dense_rank=1, similarity=0.8)  # fmt: skip
+    verdict = judge(question, [thread], scope)
+    assert verdict.missing_type == "number" and verdict.declines
+    counted = _block(1, thread.title, text + "\n2024-03-02 09:30 Ana: it skipped 412 orders", kind="thread",
+                     lexical_rank=1, dense_rank=1, similarity=0.8)  # fmt: skip
+    assert judge(question, [counted], scope).missing_type == ""
 
 
 @pytest.mark.django_db
