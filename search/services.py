@@ -277,13 +277,15 @@ def search_record(
     tool: str = "search",
     kinds: list[str] | None = None,
     people: list[str] | None = None,
+    count: int | None = None,
     token_prefix: Any = FROM_REQUEST,
 ) -> None:
     """Write the ``search`` audit event of a search the web page, the API or an MCP tool ran for
     ``scope``.
 
     ``data``: ``tool`` (``search``, ``who_knows`` or the MCP tool's name), ``query``, ``project``
-    (slug), ``hits`` (the document ids returned, in rank order), ``count``, and ``kinds`` or
+    (slug), ``hits`` (the ids of every document returned, in rank order), ``count`` (the
+    results returned, ``len(document_ids)`` unless given: a result may show several documents), and ``kinds`` or
     ``people`` when given. The actor is the scope's user; the token prefix is ``token_prefix``
     (default: the request's, as the request id), so an MCP call outside a Django request passes
     its token's.
@@ -293,7 +295,7 @@ def search_record(
         "query": query,
         "project": scope.project_slug,
         "hits": list(document_ids),
-        "count": len(document_ids),
+        "count": len(document_ids) if count is None else count,
     }
     if kinds:
         data["kinds"] = list(kinds)
@@ -319,14 +321,20 @@ def evidence_search(
     first. ``kinds`` (``search`` only) keeps rows of those kinds. Never calls an LLM: the
     ranking is the fusion order with near-duplicates collapsed, the same on every surface.
 
-    Raises ``search.retrieval.InvalidQuery`` for a blank or too long query and ``KeyError`` for
-    an unknown tool. Writes the ``search`` audit event (:func:`search_record`).
+    Raises ``search.retrieval.InvalidQuery`` for a blank or too long query, ``KeyError`` for
+    an unknown tool and ``ValueError`` for ``kinds`` given to another tool than ``search`` (or a
+    negative ``limit``). Writes the ``search`` audit event (:func:`search_record`) naming every
+    document a block shows (a block's merged sections too).
     """
     if tool not in EVIDENCE_SEARCH_TOOLS:
         raise KeyError(tool)
+    if kinds and tool != "search":
+        raise ValueError(f"kinds: only the search tool filters by kind, not {tool}")
+    if limit < 0:
+        raise ValueError(f"limit: must be 0 or more, not {limit}")
     query = clean_query(query)
     with without_llm():
-        if kinds and tool == "search":
+        if kinds:
             hits = hybrid_search(query, scope, limit=limit, kinds=kinds, rerank=True).hits
             rows = [evidence_from_hit(h, tool=tool, query=query) for h in hits]
         else:
@@ -336,7 +344,8 @@ def evidence_search(
         scope=scope,
         query=query,
         tool=tool,
-        document_ids=[ev.document_id for ev in evidence],
+        document_ids=list(dict.fromkeys(i for ev in evidence for i in ev.document_ids)),
+        count=len(evidence),
         kinds=kinds,
         token_prefix=token_prefix,
     )
@@ -347,7 +356,10 @@ def experts_find(*, scope: QueryScope, query: str, limit: int, token_prefix: Any
     """Who knows about ``query`` in ``scope``: at most ``limit`` people, best first, each with the
     documents behind their score (``search.tools.people.who_knows``). Raises
     ``search.retrieval.InvalidQuery`` for a blank or too long query. Writes the ``search`` audit
-    event (tool ``who_knows``, the documents and the people named)."""
+    event (tool ``who_knows``, the documents and the people named). Raises ``ValueError`` for
+    a negative ``limit``."""
+    if limit < 0:
+        raise ValueError(f"limit: must be 0 or more, not {limit}")
     query = clean_query(query)
     experts = who_knows(query=query, scope=scope, limit=limit)
     search_record(

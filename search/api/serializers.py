@@ -138,6 +138,11 @@ class EvidenceSerializer(serializers.Serializer):
     external_id = serializers.CharField(allow_blank=True)
     lexical_rank = serializers.IntegerField(allow_null=True)
     similarity = serializers.FloatField(allow_null=True, help_text="Cosine similarity to the query, when dense-ranked.")
+    sections = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="Other sections or chunks of the same file merged into this block (its text follows the block's "
+        "own): document_id, title, location, link, start_line, end_line.",
+    )
 
 
 class PlannedCallSerializer(serializers.Serializer):

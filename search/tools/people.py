@@ -357,7 +357,7 @@ def who_knows(*, query: str, scope: QueryScope, limit: int = 10) -> list[Expert]
         score = sum(c.points for c in scored.values())
         experts.append(Expert(name=name, score=score, documents=documents, aliases=aliases))
     experts.sort(key=lambda e: (-e.score, e.name.casefold()))
-    return experts[:limit]
+    return experts[: max(limit, 0)]
 
 
 def person_id(name: str) -> int:

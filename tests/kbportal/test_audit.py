@@ -295,11 +295,12 @@ def test_searches_write_one_search_event_on_the_web_and_two_events_through_the_a
     request_id = rid()
     response = client.get(reverse("search:search"), {"q": "compute_backoff"}, headers={"X-Request-ID": request_id})
     (event,) = events(aud.acme.tenant.pk, request_id)
-    hits = [h.document_id for h in response.context["hits"]]
+    shown = response.context["hits"]
+    hits = [i for h in shown for i in h.document_ids]  # each result's row and the sections merged into it
     assert event.action == "search" and event.actor_id == aud.acme.admin.pk
     assert event.data == {
         "tool": "search", "query": "compute_backoff", "project": aud.acme.project.slug, "hits": hits,
-        "count": len(hits),
+        "count": len(shown),
     }  # fmt: skip
 
     token_row, token = api_token_create(tenant=aud.acme.tenant, user=None, name="aud-bot", project=aud.acme.project)
@@ -307,7 +308,11 @@ def test_searches_write_one_search_event_on_the_web_and_two_events_through_the_a
     response = _api(Client(), "get", "/search", token, request_id, data={"q": "deploy", "kind": "doc_section"})
     assert response.status_code == 200
     search_event, call_event = events(aud.acme.tenant.pk, request_id)
-    assert search_event.data["hits"] == [h["document_id"] for h in response.json()["hits"]]
+    shown = response.json()["hits"]
+    assert search_event.data["hits"] == [
+        i for h in shown for i in [h["document_id"], *(s["document_id"] for s in h["sections"])]
+    ]
+    assert search_event.data["count"] == len(shown)
     assert search_event.data["kinds"] == ["doc_section"]
     # A service token has no person behind it: the token prefix is the actor.
     assert (search_event.actor_id, search_event.actor_token_prefix) == (None, token_row.prefix)
