@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 if TYPE_CHECKING:
-    from sources.connectors.slack_rows import SlackMessage
+    from sources.connectors.slack_messages import SlackMessage
 
 logger = logging.getLogger(__name__)
 

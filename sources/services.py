@@ -24,7 +24,7 @@ from kbportal.secrets import MASK, SecretsError, decrypt_value, encrypt_fields, 
 from kbportal.tenancy import tenant_context
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
 from sources.connectors.registry import build_connector, secret_fields
-from sources.connectors.slack_rows import ts_key, valid_ts
+from sources.connectors.slack_messages import ts_key, valid_ts
 from sources.embeddings import Embedder, get_embedder
 from sources.models import DataSource, Document, IngestionRun, ProjectSource, SlackEventSeen
 from sources.scheduling import run_claim, run_refuse, source_health_record, source_run_lock

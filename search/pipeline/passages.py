@@ -23,7 +23,7 @@ from django.db import connection
 
 from search.pipeline.evidence import Evidence
 from search.text import neutralize_citations
-from sources.connectors.slack_rows import TRANSCRIPT_KINDS, TRANSCRIPT_STAMP
+from sources.connectors.slack_messages import TRANSCRIPT_KINDS, TRANSCRIPT_STAMP
 
 PASSAGE_MIN_CHARS = 25
 PASSAGE_MAX_CHARS = 360

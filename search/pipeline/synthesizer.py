@@ -25,7 +25,7 @@ from search.pipeline.evidence import CONTIGUOUS_KINDS, Evidence, query_passage
 from search.pipeline.gate import NO_EVIDENCE_NOTE, NOT_FOUND_NOTE, Verdict, missing_terms_note
 from search.pipeline.passages import Passage, is_code
 from search.text import CITATION, CITATION_PREFIX, holds_term, neutralize_citations, specific_terms
-from sources.connectors.slack_rows import TRANSCRIPT_KINDS
+from sources.connectors.slack_messages import TRANSCRIPT_KINDS
 
 logger = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from typing import Any
 from sources.connectors.base import Connector, DocumentRow, IngestReport
 from sources.connectors.slack.client import LazyUserNames, SlackClient, SlackError
 from sources.connectors.slack.config import SlackConfig
+from sources.connectors.slack_messages import SlackMessage, ts_key, valid_ts
 from sources.connectors.slack_rows import (
     SlackChannel,
-    SlackMessage,
     SlackRenderer,
     channel_rows,
     collect_messages,
@@ -41,8 +41,6 @@ from sources.connectors.slack_rows import (
     is_thread,
     split_threads,
     thread_rows,
-    ts_key,
-    valid_ts,
 )
 from sources.distill import Distiller, source_distiller
 

@@ -28,13 +28,12 @@ from typing import Any
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
 from sources.connectors.slack_export.config import SlackExportConfig
 from sources.connectors.slack_export.export import SlackExport
+from sources.connectors.slack_messages import SlackMessage, ts_key
 from sources.connectors.slack_rows import (
     SlackChannel,
-    SlackMessage,
     SlackRenderer,
     channel_rows,
     collect_messages,
-    ts_key,
 )
 from sources.distill import Distiller, source_distiller
 
