@@ -243,8 +243,9 @@ def answer_record_create(*, scope: QueryScope, result: AskResult) -> AnswerRecor
             planner=result.plan.get("planner", ""),
             synthesizer=result.answer.synthesizer,
             tools=result.tools_run,
-            evidence_document_ids=[i for e in result.evidence for i in e.document_ids],
-            cited_document_ids=[i for e in result.sources for i in e.document_ids],
+            # documents only: a who-knows person block stands in with a negative id (search.tools.people.person_id)
+            evidence_document_ids=[i for e in result.evidence for i in e.document_ids if i > 0],
+            cited_document_ids=[i for e in result.sources for i in e.document_ids if i > 0],
             latency_ms=result.timings_ms.get("total", 0.0),
             first_token_ms=result.timings_ms.get("first_token"),
             error=result.answer.error,
@@ -356,7 +357,7 @@ def experts_find(*, scope: QueryScope, query: str, limit: int, token_prefix: Any
     """Who knows about ``query`` in ``scope``: at most ``limit`` people, best first, each with the
     documents behind their score (``search.tools.people.who_knows``). Raises
     ``search.retrieval.InvalidQuery`` for a blank or too long query. Writes the ``search`` audit
-    event (tool ``who_knows``, the documents and the people named). Raises ``ValueError`` for
+    event (tool ``who_knows``, the documents and the people named, ``count`` the people). Raises ``ValueError`` for
     a negative ``limit``."""
     if limit < 0:
         raise ValueError(f"limit: must be 0 or more, not {limit}")
@@ -368,6 +369,7 @@ def experts_find(*, scope: QueryScope, query: str, limit: int, token_prefix: Any
         tool="who_knows",
         document_ids=list(dict.fromkeys(d.document_id for e in experts for d in e.documents)),
         people=[e.name for e in experts],
+        count=len(experts),
         token_prefix=token_prefix,
     )
     return experts

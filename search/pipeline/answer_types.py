@@ -25,6 +25,11 @@ class AnswerType:
     answer: re.Pattern[str]
     verbatim: bool = True  # a value sources write as it is (a channel), not one an answer derives (a count)
     ignored: re.Pattern[str] | None = None  # text that looks like a value but is none (a date is no count)
+    prefix: re.Pattern[str] | None = None  # a word a value may carry or not ("version 2.2.3" is "2.2.3")
+
+    def core(self, value: str) -> str:
+        """``value`` without its ``prefix`` ("version 2.2.3" -> "2.2.3"), or ``value`` itself."""
+        return self.prefix.sub("", value) if self.prefix is not None else value
 
     def _readable(self, text: str) -> str:
         text = without_citations(text)
@@ -41,44 +46,65 @@ class AnswerType:
         return bool(self.answer.search(self._readable(text)))
 
 
-_NUMBER_WORDS = "one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|dozen|hundred|thousand|million|none|no"
-_MONTHS = (
-    "jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|"
-    "oct(?:ober)?|nov(?:ember)?|dec(?:ember)?"
+_NUMBER_WORDS = (
+    "zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|"
+    "seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundreds?|thousands?|"
+    "millions?|billions?|dozens?|half|none|once|twice|thrice"
 )
-# A point in time, written with digits: 2024-03-02, 2024-03-02T09:15:00Z, 09:15, 09:15:30,
-# "March 1", "1 March 2024", "Mar 1st, 2024". A chat transcript stamps every line with one, so
-# neither a count nor a version may be read from it.
+# Month names as dates write them: capitalised ("May 4", not "you may"), full or abbreviated.
+_MONTHS = (
+    "(?-i:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?|"
+    "Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)"
+)
+# A point in time, written with digits: 2024-03-02, 2024-03-02T09:15:00Z, 09:15, 09:15:30, 03/02,
+# 3/2/2024, "March 1", "June 2024", "1 March 2024", "Mar 1st, 2024", "since 2023". A chat transcript stamps
+# every line with one, so neither a count nor a version may be read from it.
 _TIMESTAMP = re.compile(
     r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
     r"|\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[ap]\.?m\b\.?)?"
-    rf"|\b(?:{_MONTHS})\.?\s+\d{{1,2}}(?:st|nd|rd|th)?\b(?:,?\s+\d{{4}}\b)?"
-    rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:{_MONTHS})\b(?:,?\s+\d{{4}}\b)?",
+    r"|\b\d{1,2}/\d{1,2}(?:/\d{2,4})?\b"
+    r"|\b(?:in|since|from|until|till|by|before|after|of)\s+(?:1[89]|20)\d\d\b"
+    rf"|\b{_MONTHS}\.?\s+(?:\d{{1,2}}(?:st|nd|rd|th)?\b(?:,?\s+\d{{4}}\b)?|\d{{4}}\b)"
+    rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTHS}\b(?:,?\s+\d{{4}}\b)?",
     re.I,
+)
+# Capitalised words that number a part of something, not a release: "Step 3", "Page 2", "Room 101".
+_NUMBERED_PARTS = (
+    "Step|Page|Room|Section|Chapter|Table|Figure|Fig|Part|Phase|Item|Line|Level|Round|Day|Week|Month|Year|"
+    "Issue|Ticket|Option|Rule|Tier|Stage|Question|Example|Appendix|Retry|Attempt|Floor|Building|Slide|Sprint|"
+    "Q|No|Number|Top|Group|Team|Case|Task|Test|Point|Article|Clause|Note|Volume|Vol|Episode|Season"
 )
 ANSWER_TYPES = (
     AnswerType(
         "Slack channel",
-        # "channel" alone may be a Go or Kafka channel: Slack must be named
-        re.compile(r"\b(?:which|what)\s+slack\s+channels?\b|\b(?:which|what)\s+channels?\b.*\bslack\b", re.I | re.S),
-        re.compile(r"(?<![\w#&/])#[A-Za-z][A-Za-z0-9_-]*[A-Za-z0-9]"),
+        # "channel" alone may be a Go or Kafka channel: Slack must be named (within 300 characters)
+        re.compile(
+            r"\b(?:which|what)\s+slack\s+channels?\b|\b(?:which|what)\s+channels?\b(?=.{0,300}?\bslack\b)", re.I | re.S
+        ),
+        # "#billing-ops"; a colour ("#ff0000", "#fff") is none
+        re.compile(
+            r"(?<![\w#&/])#(?!(?=[0-9A-Fa-f]*\d)[0-9A-Fa-f]{3}(?:[0-9A-Fa-f]{3})?\b)[A-Za-z][A-Za-z0-9_-]*[A-Za-z0-9]"
+        ),
     ),
     AnswerType(
         "email address",
         re.compile(r"\b(?:which|what)\s+e-?mail(?:\s+address(?:es)?)?\b", re.I),
-        re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+"),  # starts only at a token start: linear
+        # starts only at a token start (linear); the domain ends in letters ("pkg@1.2.3" is a pin)
+        re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)*\.[A-Za-z][A-Za-z-]*\b(?!\.?\d)"),
     ),
     AnswerType("link", re.compile(r"\b(?:which|what)\s+(?:url|link)s?\b", re.I), re.compile(r"https?://\S+")),
     AnswerType(
         "version",
         re.compile(r"\b(?:which|what)\s+(?:[\w-]+\s+){0,2}versions?\b", re.I),
-        # 2.2.3, v2, 1.x, "version 3", "Python 3" (a capitalised name, then a number that is no date)
+        # 2.2.3, v2, 1.x, "version 3", "Python 3" (a capitalised name, then a number that is no date
+        # and no numbered part: "Step 3" is none)
         re.compile(
-            r"\b\d+(?:\.(?:\d+|x))+\b|\bv\d+\b|\b(?:version|release)\s+\d+(?:\.(?:\d+|x))*"
-            r"|\b(?-i:[A-Z][A-Za-z]+)[ \t]+\d+(?![\w./-])",
+            r"\b\d+(?:\.(?:\d+|x))+\b|\bv\d+(?:\.(?:\d+|x))*\b|\b(?:version|release)\s+\d+(?:\.(?:\d+|x))*"
+            rf"|\b(?-i:(?!(?:{_NUMBERED_PARTS})\b)[A-Z][A-Za-z]+)[ \t]+\d+(?![\w/-]|\.[\dx])",
             re.I,
         ),
         ignored=_TIMESTAMP,
+        prefix=re.compile(r"^(?:version|release|v)\s*", re.I),
     ),
     AnswerType(
         "number",
@@ -88,7 +114,12 @@ ANSWER_TYPES = (
             r"|\bwhat\s+(?:is|was|are|were)\s+the\s+(?:\w+\s+)?(?:number|count|amount|percentage|price|cost)\s+of\b",
             re.I,
         ),
-        re.compile(rf"\d|\b(?:{_NUMBER_WORDS})\b", re.I),
+        # a number standing on its own ("3", "1,200", "2.5", "40%", "30s", "5GB"), not a digit of a
+        # name ("EC2", "OAuth2", "ZEBRA-4471"), or a number word
+        re.compile(
+            rf"(?<![\w.\-/#])\d+(?:[.,]\d+)*(?:%|(?:k|x|ms|s|m|h|d|w|kb|mb|gb|tb)\b)?(?![\w-])|\b(?:{_NUMBER_WORDS})\b",
+            re.I,
+        ),
         verbatim=False,  # "how many writeups …" is counted across sources, not copied from one
         ignored=_TIMESTAMP,
     ),
@@ -96,10 +127,11 @@ ANSWER_TYPES = (
         "date",
         # "When was/did/will …" asks for a point in time ("when is X run?" asks for a condition)
         re.compile(r"^\W*when\s+(?:was|were|did|will)\b", re.I),
-        # a year, a date, a month or weekday, a time, a relative day, or a release (software)
+        # a year (not an amount: "2000 MB"), a date, a month or weekday, a time, a relative day, or
+        # a release (software)
         re.compile(
-            rf"\b(?:1[89]|20)\d\d\b|\b\d{{1,2}}/\d{{1,2}}\b|\b\d{{1,2}}:\d\d\b|\b(?:{_MONTHS})\b"
-            r"|\b(?:mon|tues|wednes|thurs|fri|satur|sun)day\b|\b(?:yesterday|today|tomorrow|ago)\b"
+            r"\b(?:1[89]|20)\d\d\b(?!\s?(?:[kmgt]i?b|ms|px|rpm|users|rows|requests)\b)|\b\d{1,2}/\d{1,2}\b|\b\d{1,2}:\d\d\b"
+            rf"|\b{_MONTHS}\b|\b(?:mon|tues|wednes|thurs|fri|satur|sun)day\b|\b(?:yesterday|today|tomorrow|ago)\b"
             r"|\bv?\d+\.\d+(?:\.\d+)?\b",
             re.I,
         ),

@@ -261,7 +261,13 @@ def ungrounded_values(question: str, text: str, evidence: Sequence[Evidence], ci
     if asked is None or not asked.verbatim:
         return []
     known = known_text([ev for ev in evidence if ev.n in set(cited)])
-    return [v for v in asked.values(text) if not holds_whole(known, v.rstrip(".,;:"))]
+    values = [v.rstrip(".,;:") for v in asked.values(text)]
+    # "version 2.2.3" is grounded by "2.2.3": a dotted core stands for the value without its prefix
+    return [
+        v
+        for v in values
+        if not holds_whole(known, v) and not ("." in asked.core(v) and holds_whole(known, asked.core(v)))
+    ]
 
 
 def check_ungrounded_values(c: CheckInput) -> Finding | None:

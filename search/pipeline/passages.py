@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from django.db import connection
 
-from search.pipeline.evidence import Evidence
+from search.pipeline.evidence import PASSAGE_GAP, Evidence
 from search.text import neutralize_citations
 from sources.connectors.slack_messages import TRANSCRIPT_KINDS, TRANSCRIPT_STAMP
 
@@ -68,6 +68,7 @@ class Passage:
     code: bool = False
     heading: bool = False
     whole: bool = True  # a statement as written: not cut by a passage gap, not a listing
+    after_gap: bool = False  # the first passage after the excerpt's gap (what came before it is not shown)
     lexemes: frozenset[str] = frozenset()
     coverage: float = 0.0  # IDF-weighted share of the question's terms it holds (with its block's title)
     similarity: float | None = None  # cosine to the question; None when not embedded
@@ -137,16 +138,15 @@ def block_passages(ev: Evidence) -> list[Passage]:
     text = ev.text or ""
     if is_code(ev):  # code is quoted as code: its "[1]" is a list, not a citation
         return _code_passages(ev.n, text, 0)
-    if ev.kind in TRANSCRIPT_KINDS:
-        return _transcript_passages(ev.n, neutralize_citations(text))
+    prose = _transcript_passages if ev.kind in TRANSCRIPT_KINDS else _prose_passages
     out: list[Passage] = []
     pos = 0
     for match in _FENCE.finditer(text):
-        out.extend(_prose_passages(ev.n, neutralize_citations(text[pos : match.start()]), len(out)))
+        out.extend(prose(ev.n, neutralize_citations(text[pos : match.start()]), len(out)))
         if match.group(1).strip().lower() not in DIAGRAM_FENCES:
             out.extend(_code_passages(ev.n, match.group(2), len(out)))
         pos = match.end()
-    out.extend(_prose_passages(ev.n, neutralize_citations(text[pos:]), len(out)))
+    out.extend(prose(ev.n, neutralize_citations(text[pos:]), len(out)))
     return out
 
 
@@ -190,29 +190,46 @@ def _prose_passages(n: int, text: str, order: int) -> list[Passage]:
 _MESSAGE_HEAD = re.compile(TRANSCRIPT_STAMP.pattern + r"|^[^\s:]{1,40}(?: [^\s:]{1,40}){0,3}: ")
 
 
-def _transcript_passages(n: int, text: str) -> list[Passage]:
+def _transcript_passages(n: int, text: str, order: int) -> list[Passage]:
     """A chat transcript's passages: one per message (a line; its indented continuation lines
-    joined to it), a long message cut into sentences. A message is a statement as written though
-    chat rarely ends one with a full stop: it is ``whole`` from its head (``YYYY-MM-DD HH:MM``
-    or ``Name:``) on, while a piece the excerpt cut inside a message (after ``…``) is whole only
-    as a sentence (:func:`_is_whole`)."""
+    joined to it), a long message cut into sentences and a sentence longer than
+    ``PASSAGE_MAX_CHARS`` at word boundaries (nothing is dropped). A message is a statement as
+    written though chat rarely ends one with a full stop: it is ``whole`` from its head
+    (``YYYY-MM-DD HH:MM`` or ``Name:``) on. A piece after the excerpt's gap (``PASSAGE_GAP``)
+    starts inside a message (its ``after_gap`` is set), so only a time stamp makes its first
+    line a head; otherwise a passage is whole only as a sentence (:func:`_is_whole`)."""
     out: list[Passage] = []
-    for piece in _GAP.split(text):
+    for k, piece in enumerate(text.split(PASSAGE_GAP)):
         messages: list[str] = []
         for line in piece.split("\n"):
             if messages and line[:1].isspace() and line.strip():
                 messages[-1] = f"{messages[-1]} {line.strip()}"
             elif line.strip():
                 messages.append(line.strip())
-        for message in messages:
-            head = bool(_MESSAGE_HEAD.match(message))
+        for m, message in enumerate(messages):
+            cut_open = k > 0 and m == 0  # the excerpt's piece may start inside this message
+            head = bool(TRANSCRIPT_STAMP.match(message) if cut_open else _MESSAGE_HEAD.match(message))
             cleaned = _clean(message)
             sentences = [cleaned] if len(cleaned) <= PASSAGE_MAX_CHARS else _SENTENCE_END.split(cleaned)
-            for i, sentence in enumerate(s.strip() for s in sentences):
+            for i, sentence in enumerate(c for s in sentences for c in _word_chunks(s.strip(), PASSAGE_MAX_CHARS)):
                 if len(sentence) >= PASSAGE_MIN_CHARS // 2:
                     whole = (head and i == 0) or _is_whole(sentence)
-                    out.append(Passage(n=n, text=sentence[: PASSAGE_MAX_CHARS * 2], order=len(out), whole=whole))
+                    passage = Passage(n=n, text=sentence, order=order + len(out), whole=whole)
+                    passage.after_gap = cut_open and i == 0
+                    out.append(passage)
     return out
+
+
+def _word_chunks(text: str, size: int) -> list[str]:
+    """``text`` in pieces of at most ``size`` characters cut at spaces (a word longer than
+    ``size`` is cut inside); ``[text]`` when it fits."""
+    chunks: list[str] = []
+    while len(text) > size:
+        cut = text.rfind(" ", 0, size + 1)
+        cut = cut if cut > 0 else size
+        chunks.append(text[:cut].rstrip())
+        text = text[cut:].lstrip()
+    return [*chunks, text] if text else chunks
 
 
 _ENDS = ".!?:;)\"'`*”’"

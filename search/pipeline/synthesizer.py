@@ -307,11 +307,14 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
         said.add(key)
         per_block[p.n] = per_block.get(p.n, 0) + 1
         chosen.append(p)
-    # A chat message is read with its reply: a thread's first message asks, the next one answers.
+    # A chat message is read with its reply: a thread's first message asks, the next one answers
+    # (the next shown message, not one the excerpt's gap separates from it).
     for p in list(chosen):
         if by_n[p.n].kind in TRANSCRIPT_KINDS and per_block[p.n] < PER_BLOCK:
-            reply = next((q for q in passages if q.n == p.n and q.order == p.order + 1), None)
-            if reply is not None and reply not in chosen and reply.coverage > 0:
+            reply = next((q for q in passages if q.n == p.n and q.order == p.order + 1 and not q.after_gap), None)
+            key = " ".join(reply.text.lower().split()) if reply is not None else ""
+            if reply is not None and reply not in chosen and reply.coverage > 0 and key not in said:
+                said.add(key)
                 per_block[p.n] += 1
                 chosen.append(reply)
     order = {n: i for i, n in enumerate(per_block)}  # blocks in the order their best passage ranked
