@@ -260,7 +260,7 @@ def analytics_get(
             CROSS JOIN LATERAL unnest(r.cited_document_ids) AS c(doc_id)
             LEFT JOIN sources_document d ON d.id = c.doc_id
             LEFT JOIN sources_datasource s ON s.id = d.source_id
-            WHERE {where}
+            WHERE {where} AND c.doc_id > 0
             GROUP BY c.doc_id, d.id, d.title, d.url, d.kind, s.slug
             ORDER BY n DESC, c.doc_id LIMIT %(limit)s
             """,

@@ -39,6 +39,10 @@ class Data:
     today: date
 
 
+# A who-knows person block's stand-in id (search.tools.people.person_id): cited, but no document.
+PERSON_BLOCK_ID = -104850611772860
+
+
 def _doc(tenant_id: int, source: DataSource, external_id: str, title: str, principals=()) -> Document:
     return Document.objects.create(
         tenant_id=tenant_id, source=source, kind="doc_section", external_id=external_id, title=title,
@@ -85,7 +89,7 @@ def data(make_tenant) -> Data:
         d3 = _doc(t, vault, "salaries", "Salary bands", principals=["user:999999"])
     p, admin = acme.project.pk, acme.admin
     r1 = _record(t, p, admin, "How do I deploy?", latency=100, first_token=50, evidence=[d1.pk, d2.pk],
-                 cited=[d1.pk], today=today)  # fmt: skip
+                 cited=[d1.pk, PERSON_BLOCK_ID], today=today)  # fmt: skip
     r2 = _record(t, p, member, "how do I   DEPLOY", latency=200, first_token=150, evidence=[d1.pk, d3.pk],
                  cited=[d1.pk, d3.pk], today=today)  # fmt: skip
     r3 = _record(t, p, member, SCRIPT_Q, latency=300, answered=False, days_ago=1, today=today)
