@@ -110,7 +110,12 @@ ANSWER_TYPES = (
         "number",
         # a count, amount, share or duration ("how long", "what percentage", "the maximum number of")
         re.compile(
-            r"\bhow\s+(?:many|much|long)\b|\bwhat\s+(?:percentage|proportion|fraction)\b"
+            # "how long" asks for a duration before a verb ("how long does it take", "how long ago"),
+            # not inside a clause where "long" qualifies a noun ("changed how long prompts were handled")
+            r"\bhow\s+(?:many|much)\b"
+            r"|\bhow\s+long\b(?=\s*(?:\?|$|(?:do|does|did|is|are|was|were|will|would|can|could|should|must|has|have"
+            r"|had|it|they|we|you|before|until|after|ago|to)\b))"
+            r"|\bwhat\s+(?:percentage|proportion|fraction)\b"
             r"|\bwhat\s+(?:is|was|are|were)\s+the\s+(?:\w+\s+)?(?:number|count|amount|percentage|price|cost)\s+of\b",
             re.I,
         ),

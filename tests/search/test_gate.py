@@ -179,6 +179,9 @@ def test_the_gate_reads_only_what_the_asker_may_read(kb):
         ("When was the gizmo warranty introduced?", "date"),
         ("When is a dependency with yield run?", None),  # a condition, not a point in time
         ("How long are audit logs kept?", "number"),  # a duration
+        ("How long does a rebuild take?", "number"),
+        ("How long?", "number"),
+        ("What broke after the release that changed how long prompts were handled?", None),  # "long prompts"
         ("What is the maximum number of streams per key?", "number"),
         ("What percentage of requests stalled?", "number"),
         ("What is the number one cause of stalls?", None),
