@@ -92,6 +92,16 @@ ANSWER_TYPES = (
         # starts only at a token start (linear); the domain ends in letters ("pkg@1.2.3" is a pin)
         re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)*\.[A-Za-z][A-Za-z-]*\b(?!\.?\d)"),
     ),
+    AnswerType(
+        "phone number",
+        re.compile(
+            r"\b(?:which|what)\s+(?:(?:(?:tele)?phone|mobile|cell)(?:\s+numbers?)?|(?:pager|fax)\s+numbers?)\b", re.I
+        ),
+        # +1 (555) 010-4477, 030 1234 5678, 555-0100: seven digits or more in groups apart (a date,
+        # a time or a range such as "11-05" is none)
+        re.compile(r"(?<![\w.])(?=(?:\D{0,3}\d){7})\+?\(?\d{1,4}\)?(?:[ -]\(?\d{2,4}\)?){1,5}(?![\w.]?\d)"),
+        ignored=_TIMESTAMP,
+    ),
     AnswerType("link", re.compile(r"\b(?:which|what)\s+(?:url|link)s?\b", re.I), re.compile(r"https?://\S+")),
     AnswerType(
         "version",
@@ -116,6 +126,10 @@ ANSWER_TYPES = (
             r"|\bhow\s+long\b(?=\s*(?:\?|$|(?:do|does|did|is|are|was|were|will|would|can|could|should|must|has|have"
             r"|had|it|they|we|you|before|until|after|ago|to)\b))"
             r"|\bwhat\s+(?:percentage|proportion|fraction)\b"
+            # a question naming the unit of its answer ("..., in requests per second?") asks for a quantity
+            r"|(?:^|[,(])\s*in\s+(?:[\w-]+\s+){0,2}?(?:per\s+(?:second|minute|hour|day|week|month|request|user)"
+            r"|(?:milli)?seconds|minutes|hours|days|weeks|months|years|ms|bytes|[kmgt]i?b|percent|dollars|euros)"
+            r"(?=\s*(?:[,)?]|$))"
             r"|\bwhat\s+(?:is|was|are|were)\s+the\s+(?:\w+\s+)?(?:number|count|amount|percentage|price|cost)\s+of\b",
             re.I,
         ),

@@ -185,6 +185,10 @@ def test_the_gate_reads_only_what_the_asker_may_read(kb):
         ("What is the maximum number of streams per key?", "number"),
         ("What percentage of requests stalled?", "number"),
         ("What is the number one cause of stalls?", None),
+        ("What is the retry budget, in requests per second, of the SDK?", "number"),  # the unit named
+        ("How do I get an answer in seconds?", None),
+        ("What phone number reaches the front desk?", "phone number"),
+        ("Which pager rota covers weekends?", None),
     ],
 )
 def test_asked_answer_type_recognises_the_form_of_value_asked_for(question, label):
@@ -201,6 +205,10 @@ def test_asked_answer_type_recognises_the_form_of_value_asked_for(question, labe
         ("number", "Several writeups describe it [1] [2].", False),  # citations are not numbers
         ("version", "Upgrade the proxy to v2.2.3 [1].", True),
         ("version", "Upgrade the proxy [1].", False),
+        ("phone number", "Call the desk on +1 (555) 010-4477 [1].", True),
+        ("phone number", "The desk opened 2024-03-02 09:15, ticket 12345 [1].", False),
+        ("phone number", "Rotation 11-05 to 11-11, then 10 20 30 [1].", False),
+        ("phone number", "Front desk: 555-0100 [1].", True),
         # a chat transcript stamps each message with a date and a time: neither is a count
         ("number", "2024-03-02 09:15 Ana: the export job is stuck again", False),
         ("number", "Posted 2024-03-02T09:15:00Z, answered at 10:30 am on March 1st, 2024.", False),
