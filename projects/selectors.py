@@ -332,6 +332,20 @@ def api_token_list_for_tenant(*, tenant_id: int) -> list[ApiToken]:
         return list(ApiToken.objects.select_related("user", "project"))
 
 
+def api_token_list_for_user(*, user, tenant_id: int) -> list[ApiToken]:
+    """``user``'s own tokens in ``tenant_id``, newest first, with their project loaded (service
+    tokens and other people's tokens are not listed)."""
+    with tenant_context(tenant_id, user_id=user.pk):
+        return list(ApiToken.objects.filter(user=user).select_related("project"))
+
+
+def api_token_get_for_user(*, user, tenant_id: int, prefix: str) -> ApiToken | None:
+    """``user``'s own token with public ``prefix`` in ``tenant_id``, or ``None`` (another user's,
+    a service token or another tenant's token: the same)."""
+    with tenant_context(tenant_id, user_id=user.pk):
+        return ApiToken.objects.filter(user=user, prefix=prefix).first()
+
+
 def api_token_get_for_operator(prefix: str) -> ApiToken:
     """The token with public ``prefix`` (with or without ``kb_``), for whoever runs ``manage.py``.
 

@@ -3,4 +3,8 @@ from django.urls import path
 from projects import views
 
 app_name = "projects"
-urlpatterns = [path("onboarding/", views.onboarding, name="onboarding")]
+urlpatterns = [
+    path("onboarding/", views.onboarding, name="onboarding"),
+    path("tokens/", views.tokens, name="tokens"),
+    path("tokens/<slug:prefix>/revoke/", views.token_revoke, name="token_revoke"),
+]

@@ -340,3 +340,73 @@ def test_admin_revoke_action_revokes(client, committed_token):
     with pytest.raises(ApiTokenRejected) as exc:
         api_token_authenticate(raw)  # rolled back with the test: the committed token stays usable elsewhere
     assert exc.value.reason == "revoked"
+
+
+# -- the signed-in user's own tokens page (/tokens/) -------------------------------------------
+
+
+def _secret_in(html: str) -> list[str]:
+    return TOKEN_SHAPE.findall(html)
+
+
+def test_a_user_creates_a_token_on_the_tokens_page_and_sees_its_secret_once(client, two):
+    a, _, member = two
+    client.force_login(member)
+    response = client.post("/tokens/", {"name": "laptop scripts", "project": "", "expires_in_days": "30"})
+    assert response.status_code == 200 and response["Cache-Control"] == "no-store"
+    (raw,) = _secret_in(response.content.decode())
+    identity = api_token_authenticate(raw)
+    assert (identity.tenant_id, identity.user_id) == (a.tenant.pk, member.pk)
+    listing = client.get("/tokens/").content.decode()
+    assert "laptop scripts" in listing and f"kb_{identity.prefix}" in listing
+    assert not _secret_in(listing)  # shown once, never again
+
+
+def test_a_token_created_on_the_page_may_be_pinned_only_to_a_readable_project(client, two):
+    a, b, member = two
+    client.force_login(member)
+    response = client.post("/tokens/", {"name": "pinned", "project": str(a.project.public_id)})
+    (raw,) = _secret_in(response.content.decode())
+    assert api_token_authenticate(raw).project_pinned
+    refused = client.post("/tokens/", {"name": "foreign", "project": str(b.project.public_id)})
+    assert refused.status_code == 200 and not _secret_in(refused.content.decode())
+    assert "Select a valid choice" in refused.content.decode()
+    blank = client.post("/tokens/", {"name": "  "})
+    assert not _secret_in(blank.content.decode()) and "This field is required" in blank.content.decode()
+
+
+def test_the_tokens_page_lists_only_the_users_own_tokens(client, two):
+    a, b, member = two
+    mine, _ = api_token_create(tenant=a.tenant, user=member, name="mine")
+    admins, _ = api_token_create(tenant=a.tenant, user=a.admin, name="the-admins")
+    service, _ = api_token_create(tenant=a.tenant, user=None, name="the-service", project=a.project)
+    foreign, _ = api_token_create(tenant=b.tenant, user=b.admin, name="the-foreigners")
+    client.force_login(member)
+    html = client.get("/tokens/").content.decode()
+    assert f"kb_{mine.prefix}" in html
+    for other in (admins, service, foreign):
+        assert other.name not in html and other.prefix not in html
+
+
+def test_a_user_revokes_only_their_own_tokens(client, two):
+    a, b, member = two
+    mine, raw = api_token_create(tenant=a.tenant, user=member, name="mine")
+    admins, admins_raw = api_token_create(tenant=a.tenant, user=a.admin, name="the-admins")
+    foreign, foreign_raw = api_token_create(tenant=b.tenant, user=b.admin, name="the-foreigners")
+    client.force_login(member)
+    assert client.get(f"/tokens/{mine.prefix}/revoke/").status_code == 405  # a GET changes nothing
+    for other in (admins, foreign):
+        assert client.post(f"/tokens/{other.prefix}/revoke/").status_code == 404
+    api_token_authenticate(admins_raw), api_token_authenticate(foreign_raw)  # both still valid
+    assert client.post(f"/tokens/{mine.prefix}/revoke/").status_code == 302
+    with pytest.raises(ApiTokenRejected):
+        api_token_authenticate(raw)
+
+
+def test_the_tokens_page_needs_a_signed_in_user(client, two):
+    a, _, _ = two
+    token, raw = api_token_create(tenant=a.tenant, user=a.admin, name="kept")
+    response = client.get("/tokens/")
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+    assert client.post(f"/tokens/{token.prefix}/revoke/").status_code == 302
+    assert api_token_authenticate(raw).user_id == a.admin.pk
