@@ -123,7 +123,11 @@ def tokens(request: HttpRequest) -> HttpResponse:
             form = TokenForm(projects=projects)
         except ApiTokenError as exc:
             form.add_error(None, str(exc))
-    context = {"tokens": api_token_list_for_user(user=request.user, tenant_id=tenant_id), "form": form}
+    readable = {p.pk for p in projects}
+    listed = api_token_list_for_user(user=request.user, tenant_id=tenant_id)
+    # A token pinned to a project the user can no longer read names no project (the name is theirs no more).
+    rows = [(t, t.project.name if t.project_id in readable and t.project else None) for t in listed]
+    context = {"tokens": rows, "form": form}
     response = render(request, "projects/tokens.html", {**context, "created": created})
     if created:
         response["Cache-Control"] = "no-store"  # the secret is on this page only

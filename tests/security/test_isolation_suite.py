@@ -336,6 +336,10 @@ def _values_for(iso: Iso, name: str, kind: str, public: bool, admin: bool = Fals
         return [(project.slug, "project"), (str(project.public_id), "project")]
     if "document" in n or n in ("doc_id", "document_id"):
         return [(str(d), level) for d, level in iso.document_ids] if int_like else None
+    if n == "prefix":  # an API token's public prefix: the owner's token, theirs alone
+        from projects.selectors import api_token_parse
+
+        return [(api_token_parse(iso.tokens["owner"])[0], "private")]
     if n == "slug" and kind in ("SlugConverter", "StringConverter", "regex"):
         return [(iso.restricted.slug, "project"), (iso.restricted_source.slug, "project")]
     if n in ("object_id", "pk", "id") and int_like:  # the admin's change/delete/history pages
