@@ -41,9 +41,12 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
 from kbportal.audit import audit_record
+from kbportal.celery import app as celery_app
 from kbportal.tenancy import tenant_context
 from projects.models import Tenant
 from sources.models import DataSource, IngestionRun
+
+INGEST_TASK = "sources.ingest_source"  # sources.tasks.ingest_source
 
 logger = logging.getLogger(__name__)
 
@@ -249,11 +252,11 @@ def run_refuse(*, tenant_id: int, source_id: int, run_id: int | None) -> Ingesti
 
 
 def _enqueue(tenant_id: int, source_id: int, run_id: int) -> None:
-    """Send ``sources.ingest_source``; a broker failure marks the run failed (not left queued)."""
-    from sources.tasks import ingest_source  # tasks imports services, which imports this module
-
+    """Send ``sources.ingest_source`` (by its registered name: ``sources.tasks`` imports the
+    services, which import this module, and ``SourcesConfig.ready`` registers it in every process);
+    a broker failure marks the run failed (not left queued)."""
     try:
-        ingest_source.delay(tenant_id, source_id, run_id)
+        celery_app.tasks[INGEST_TASK].delay(tenant_id, source_id, run_id)
     except Exception as exc:  # the broker is down or refused the message
         logger.exception("could not queue ingestion run %s of source %s", run_id, source_id)
         with tenant_context(tenant_id):

@@ -6,11 +6,11 @@ from celery import shared_task
 
 from sources.connectors.slack.client import SlackError, SlackRateLimited
 from sources.models import DataSource, IngestionRun
-from sources.scheduling import sources_dispatch_due
+from sources.scheduling import INGEST_TASK, sources_dispatch_due
 from sources.services import slack_thread_refresh, source_ingest
 
 
-@shared_task(name="sources.ingest_source", queue="ingest", acks_late=True, time_limit=4 * 3600)
+@shared_task(name=INGEST_TASK, queue="ingest", acks_late=True, time_limit=4 * 3600)
 def ingest_source(tenant_id: int, source_id: int, run_id: int | None = None) -> dict:
     """Run one ingestion of the source; returns ``{"run_id", "status", "seen", "embedded"}``.
 
