@@ -123,8 +123,9 @@ class Command(BaseCommand):
             # "kbportal" committer for who_knows to credit).
             {"slug": "fastapi", "name": "FastAPI 0.141.1 source", "kind": "git",
              "config": {"path": str(fastapi_source_checkout()), "max_commits": 0}, "include": ["fastapi/*"]},
+            # Its Markdown is the docs source's (pages and sections): not indexed twice.
             {"slug": "kbportal-repo", "name": "kbportal repository (code and history)", "kind": "git",
-             "config": {"path": str(base)}},
+             "config": {"path": str(base)}, "exclude": ["*.md"]},
             {"slug": "kbportal-docs", "name": "kbportal docs", "kind": "docs",
              "config": {"path": str(base), "glob": ["*.md", "docs/**/*.md"]}},
         ]  # fmt: skip
@@ -147,7 +148,8 @@ class Command(BaseCommand):
         if source is None:
             return source_create(
                 tenant_id=tenant_id, kind=spec["kind"], name=spec["name"], slug=spec["slug"],
-                config=spec["config"], include=spec.get("include"), project_ids=[project_id],
+                config=spec["config"], include=spec.get("include"), exclude=spec.get("exclude"),
+                project_ids=[project_id],
             )  # fmt: skip
         if source.config != spec["config"]:
             source_update_config(tenant_id=tenant_id, source_id=source.pk, config=spec["config"])
