@@ -1,4 +1,4 @@
-"""Attacks on the answer pipeline's recent changes: the answerability gate (``search.pipeline.gate``),
+"""The answer pipeline under attack: the answerability gate (``search.pipeline.gate``),
 passages and the extractive synthesizer, one citation number per file (``number_evidence``),
 exact-token promotion (``search.retrieval.exact``), the answer's Markdown -> HTML rendering
 (``search.rendering.answer_html``, ``done.html``), the one question-length limit
