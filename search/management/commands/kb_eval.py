@@ -12,7 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.conf import settings
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
 
 from kbportal.tenancy import tenant_context
 from projects.models import Project, Tenant
@@ -164,6 +166,8 @@ class Command(BaseCommand):
         else:
             tenant_slug = f"eval-{set_name}-haystack" if haystack else f"eval-{set_name}"
             if not skip_index:
+                if DataSource._meta.db_table not in connection.introspection.table_names():
+                    call_command("migrate", verbosity=0)  # a fresh database: its tables first, as demo does
                 self._index(tenant_slug, set_name, haystack=haystack)
             scope = scope_for_operator(tenant_slug=tenant_slug, project_slug=set_name)
         ranker_list = [r.strip() for r in rankers.split(",") if r.strip()] if rankers else None
