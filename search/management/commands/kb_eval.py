@@ -9,6 +9,7 @@ whole ask pipeline instead and reports declines, facts stated, citation validity
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from django.conf import settings
@@ -36,54 +37,26 @@ from sources.services import source_create, source_ingest, source_update_config
 SHARED = Path(settings.BASE_DIR).parent / "shared"
 
 
+EVAL_SETS = Path(settings.BASE_DIR) / "bench" / "eval_sets.json"  # each set's data sources, with its field names
+
+
 def _corpus(name: str) -> list[dict]:
-    if name == "fastapi":
-        return [
-            {
-                "slug": "fastapi-code",
-                "kind": "git",
-                "config": {"path": str(fastapi_source_checkout())},
-                "include": ["fastapi/*"],
-            },
-            {
-                "slug": "fastapi-docs",
-                "kind": "docs",
-                "config": {"path": str(SHARED / "corpora/fastapi-docs"), "glob": ["docs/en/docs/**/*.md"]},
-            },
-            {
-                "slug": "fastapi-history",
-                "kind": "jsonl",
-                "config": {
-                    "path": str(SHARED / "corpora/fastapi-commits.jsonl"),
-                    "id_field": "sha",
-                    "kind": "commit",
-                    "title_field": "subject",
-                    "content_fields": ["body"],
-                    "url_template": "https://github.com/fastapi/fastapi/commit/{sha}",
-                },
-            },
-        ]
-    if name == "erb":
-        return [
-            {
-                "slug": "erb-docs",
-                "kind": "jsonl",
-                "config": {
-                    "path": str(SHARED / "eval/erb/docs"),
-                    "id_field": "dataset_doc_uuid",
-                    # The benchmark's own noise label must not be searchable.
-                    "exclude_fields": ["dataset_noise_document"],
-                    # Who owns or took part in a meeting or mail thread, in this data set's own names.
-                    "person_fields": {
-                        "redwood_owner": "owner",
-                        "mailbox_owner": "owner",
-                        "redwood_attendees": "participant",
-                        "participants_internal": "participant",
-                    },
-                },
-            }
-        ]
-    raise CommandError(f"unknown evaluation set {name!r}; use fastapi or erb")
+    """The data sources of evaluation set ``name`` (``bench/eval_sets.json``), paths filled in.
+    Raises ``CommandError`` for an unknown set."""
+    sets = {k: v for k, v in json.loads(EVAL_SETS.read_text(encoding="utf-8")).items() if not k.startswith("_")}
+    if name not in sets:
+        raise CommandError(f"unknown evaluation set {name!r}; use {' or '.join(sorted(sets))}")
+
+    def fill(value):
+        if isinstance(value, dict):
+            return {k: fill(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [fill(v) for v in value]
+        if value == "{fastapi_checkout}":
+            return str(fastapi_source_checkout())
+        return value.replace("{shared}", str(SHARED)) if isinstance(value, str) else value
+
+    return fill(sets[name])
 
 
 def _haystack() -> list[dict]:
