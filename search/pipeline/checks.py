@@ -184,17 +184,34 @@ _PARAMETERS = re.compile(r"^\s*(?:async\s+)?def\s+\w+\s*\(([^)]*)\)", re.M | re.
 _EXAMPLE_HOST = re.compile(r"^(?:https?://)?(?:[\w-]+\.)*(?:example\.(?:com|org|net)|localhost|127\.0\.0\.1)\b", re.I)
 
 
+_STRING_LITERAL = re.compile(r"""(["'])([^"'\n]{1,80})\1""")
+
+
 def example_names(text: str) -> set[str]:
     """Names the answer's own fenced code defines (``def``/``class``/``function`` names, assigned
-    variables, a ``def``'s parameters, ``{path}`` parameters), lower case: the answer's example
-    introduces them, so they claim nothing about the sources. Empty for an answer without code."""
+    variables, a ``def``'s parameters, ``{path}`` parameters) and the string literals it writes
+    (a route ``"/login"``, a header ``"X-Token"``), lower case: the answer's example introduces
+    them, so they claim nothing about the sources. Empty for an answer without code."""
     names: set[str] = set()
     for block in _FENCE.findall(text):
         for match in _DEFINED.finditer(block):
             names.update(g.lower() for g in match.groups() if g)
         for params in _PARAMETERS.findall(block):
             names.update(m.lower() for m in re.findall(r"(?:^|,)\s*\**([A-Za-z_]\w*)", params))
+        names.update(_flat(literal) for _, literal in _STRING_LITERAL.findall(block))
     return names
+
+
+def _is_illustration(name: str, own: set[str], known: str) -> bool:
+    """``name`` (flattened) is the answer's own example: one of ``own`` once its quotes, brackets
+    and call parentheses are dropped (``["x-token"]``, ``"/login"``), or an attribute of an object
+    the example defines whose attribute the sources hold (``app.include_router()`` with ``app``
+    the example's and ``include_router`` the sources')."""
+    core = name.strip("[]()'\"").removesuffix("()")
+    if core in own:
+        return True
+    head, dot, attr = core.partition(".")
+    return bool(dot) and head in own and (attr in own or holds_whole(known, attr))
 
 
 def invented_names(question: str, text: str, evidence: Sequence[Evidence]) -> list[str]:
@@ -202,15 +219,17 @@ def invented_names(question: str, text: str, evidence: Sequence[Evidence]) -> li
     neither the question nor any evidence block's document (title, the whole row, context, and a
     thread's channel as ``#name``) contains, compared without case or spacing differences, in answer order, each
     once. A channel is matched with its ``#``: a thread's word "deploys" does not make
-    "#deploys" a channel. Names the answer's own code example defines (:func:`example_names`)
-    and URLs on the RFC 2606 example hosts are the answer's illustration, not claims, and are
-    left out."""
+    "#deploys" a channel. Names the answer's own code example defines or writes as a string
+    (:func:`example_names`, :func:`_is_illustration`) and URLs on the RFC 2606 example hosts are
+    the answer's illustration, not claims, and are left out."""
     known = known_text(evidence, question)
     own = example_names(text)
     names: list[str] = []
     for match in _ANSWER_NAME.finditer(text):
         name = _flat(match.group(1) or match.group(0))
-        if not name or name in names or name in own or _EXAMPLE_HOST.match(name) or holds_whole(known, name):
+        if not name or name in names or _EXAMPLE_HOST.match(name) or holds_whole(known, name):
+            continue
+        if _is_illustration(name, own, known):
             continue
         names.append(name)
     return names

@@ -276,6 +276,23 @@ def test_names_an_answer_code_example_defines_are_not_invented_but_names_it_uses
     assert "read_item" in invented_names("How?", unfenced, evidence)
 
 
+def test_strings_and_objects_an_answer_code_example_writes_are_its_illustration():
+    """A route, a header name or a method called on the example's own object claims nothing the
+    sources must hold; a method the sources never name still does."""
+    from search.pipeline.checks import invented_names
+
+    evidence = [_block(1, "Routers", "Use `include_router` to add a router's routes with a `prefix`.")]
+    answer = (
+        'Call `app.include_router()` with a prefix; the header `["x-trace-id"]` is set on `"/login"`:\n\n'
+        '```python\napp = FastAPI()\napp.include_router(users, prefix="/api")\n'
+        '@app.get("/login")\ndef login(response):\n    response.headers["x-trace-id"] = "1"\n'
+        "    app.warm_cache()\n```\nThen `app.warm_cache()` runs."
+    )
+    invented = invented_names("How do I add a router?", answer, evidence)
+    assert "app.warm_cache()" in invented and "warm_cache" in invented
+    assert not {"app.include_router()", '["x-trace-id"]', '"/login"', "x-trace-id", "/login"} & set(invented)
+
+
 def test_a_slack_channel_the_evidence_does_not_name_is_invented():
     """A small model named "#incident-bot" as a component's owner channel; the sources say
     "incident-bot" (a bot), never that channel."""
