@@ -45,6 +45,8 @@ class AtlassianConfig(ConnectorConfig):
     ``token`` is a secret, never shown or logged. ``max_rate_limit_wait_seconds`` /
     ``rate_limit_retries``: how long a 429 is waited out (see the client). Either ``base_url`` or
     ``path`` must be given (``needs_source`` is the error otherwise), and ``email`` needs ``token``.
+    ``max_file_bytes``: an exported page larger than this (bytes) is skipped with its size, never
+    read; a Jira CSV export of any size is read record by record, and fails on a line over it.
     """
 
     site_example: ClassVar[str] = "https://acme.atlassian.net"
@@ -56,6 +58,8 @@ class AtlassianConfig(ConnectorConfig):
     path: str | None = None
     max_rate_limit_wait_seconds: float = Field(default=300.0, ge=0, le=3600)
     rate_limit_retries: int = Field(default=5, ge=0, le=50)
+    # 5 MB of HTML: the parsed tree of a page takes several times its size.
+    max_file_bytes: int = Field(default=5_000_000, gt=0)
 
     @field_validator("base_url")
     @classmethod

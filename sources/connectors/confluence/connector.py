@@ -44,6 +44,7 @@ from sources.connectors.atlassian.client import AtlassianClient, AtlassianError
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport, json_object
 from sources.connectors.confluence.config import ConfluenceConfig
 from sources.connectors.confluence.rows import Page, effective_principals, page_rows, user_principal
+from sources.connectors.files import FileTooLarge, read_bounded
 from sources.connectors.jira.connector import parse_time
 
 RESTRICTIONS = "restrictions.read.restrictions.user,restrictions.read.restrictions.group"
@@ -225,7 +226,10 @@ class ConfluenceConnector(Connector):
                 yield relpath, MalformedPage("symbolic link; not followed")
                 continue
             try:
-                html = full.read_text(encoding="utf-8")
+                html = read_bounded(full, self.config.max_file_bytes).decode("utf-8")
+            except FileTooLarge as exc:
+                yield relpath, MalformedPage(exc.reason)
+                continue
             except (OSError, UnicodeDecodeError) as exc:
                 yield relpath, MalformedPage(f"cannot be read as UTF-8: {exc}")
                 continue

@@ -6,12 +6,12 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from sources.connectors.base import ConnectorConfig
+from sources.connectors.files import FileSourceConfig
 
 DEFAULT_GLOBS = ["**/*.md", "**/*.markdown", "**/*.html", "**/*.htm", "**/*.rst", "**/*.txt"]
 
 
-class DocsConfig(ConnectorConfig):
+class DocsConfig(FileSourceConfig):
     """A folder of Markdown, HTML, reStructuredText or plain-text pages.
 
     ``path``: the folder; row paths are relative to it (POSIX separators). ``url_base``: web
@@ -23,7 +23,8 @@ class DocsConfig(ConnectorConfig):
     nested under it (its heading path already names the parent). ``text_format``: how a file
     whose suffix names no format (``.txt``) is parsed: ``"text"`` (one section), or ``"rst"`` /
     ``"markdown"`` for projects that keep their pages in ``.txt`` files (Sphinx sites such as
-    Django's documentation write reStructuredText there).
+    Django's documentation write reStructuredText there). ``max_file_bytes``: a larger file is
+    skipped with its size, never read.
     """
 
     path: str
@@ -32,6 +33,10 @@ class DocsConfig(ConnectorConfig):
     max_section_chars: int = Field(default=4000, ge=200)
     min_section_chars: int = Field(default=40, ge=0)
     text_format: Literal["text", "rst", "markdown"] = "text"
+    # 2 MB: about three times FastAPI's release notes (0.7 MB), the largest page seen in a real
+    # docs folder. Parsing holds the page's block tokens (~100x its size for a file of a million
+    # one-line blocks), so this bound is what keeps one page's parse far under 1 GB.
+    max_file_bytes: int = Field(default=2_000_000, gt=0)
 
     @field_validator("url_base")
     @classmethod

@@ -21,8 +21,8 @@ small section followed by a sibling or a higher heading is kept as is.
 
 Every row carries the file's modification time as ``updated_at``: a touched file rewrites its
 rows (no new embeddings unless their text changed). Files that are binary (a NUL byte) or not
-UTF-8 are skipped and recorded on the run; hidden files and folders (``.git``...) are not
-searched; symbolic links to folders are not followed.
+UTF-8, and files over ``max_file_bytes`` (never read), are skipped and recorded on the run;
+hidden files and folders (``.git``...) are not searched; symbolic links are not followed.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
 from sources.connectors.docs.config import DocsConfig
 from sources.connectors.docs.sections import Block, Heading, ParsedPage, RawSection, parse_page, render, slug
+from sources.connectors.files import FileTooLarge, read_bounded
 
 PAGE_TEXT_CHARS = 1000  # embedded text of a page row: title + the start of the page
 SECTION_TEXT_CHARS = 1500  # embedded text of a section row: heading path + body
@@ -304,8 +305,11 @@ class DocsConnector(Connector):
             report.skip(relpath, "symbolic link; not followed")
             return []
         try:
-            data = full.read_bytes()
+            data = read_bounded(full, self.config.max_file_bytes)
             mtime = datetime.fromtimestamp(full.stat().st_mtime, tz=UTC)
+        except FileTooLarge as exc:
+            report.skip(relpath, exc.reason)
+            return []
         except OSError as exc:
             report.skip(relpath, f"cannot read: {exc.strerror or exc}")
             return []

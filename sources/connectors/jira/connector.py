@@ -38,10 +38,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from sources.connectors.atlassian.client import AtlassianClient
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
+from sources.connectors.files import FileTooLarge, iter_lines_bounded
 from sources.connectors.jira.config import JiraConfig
 
 FIELDS = (
@@ -254,10 +255,34 @@ class JiraConnector(Connector):
         if not path.is_file():
             raise ConnectorError(f"Jira CSV export {path} does not exist or is not a file")
         try:
-            text = path.read_text(encoding="utf-8-sig")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConnectorError(f"Jira CSV export {path} cannot be read as UTF-8: {exc}") from None
-        reader = csv.reader(text.splitlines(keepends=True))
+            handle = path.open("rb")
+        except OSError as exc:
+            raise ConnectorError(f"Jira CSV export {path} cannot be read: {exc}") from None
+        # Read record by record: an export of any size holds one record in memory at a time.
+        with handle:
+            reader = csv.reader(self._csv_lines(path, handle))
+            try:
+                yield from self._csv_rows(path, reader)
+            except csv.Error as exc:
+                raise ConnectorError(
+                    f"Jira CSV export {path} is not valid CSV at line {reader.line_num}: {exc}"
+                ) from None
+
+    def _csv_lines(self, path: Path, handle: IO[bytes]) -> Iterator[str]:
+        """The export's lines, decoded one at a time; ``ConnectorError`` naming the line when one
+        is not UTF-8 or is over ``max_file_bytes``."""
+        for lineno, raw in iter_lines_bounded(handle, self.config.max_file_bytes):
+            if isinstance(raw, FileTooLarge):
+                raise ConnectorError(f"Jira CSV export {path} line {lineno} is not read: {raw.reason}")
+            try:
+                yield raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise ConnectorError(
+                    f"Jira CSV export {path} line {lineno} is not UTF-8: invalid byte 0x{raw[exc.start]:02x} "
+                    f"at column {exc.start + 1}"
+                ) from None
+
+    def _csv_rows(self, path: Path, reader: Any) -> Iterator[tuple[str, Issue | MalformedIssue]]:
         header = next(reader, None)
         if not header:
             raise ConnectorError(f"Jira CSV export {path} is empty")

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from sources.connectors.base import ConnectorConfig
+from sources.connectors.files import FileSourceConfig
 
 # The first five are the generic names; the rest are the names exports of chat, wiki, drive,
 # mail and meeting tools commonly use, so such records get a last-activity time without extra
@@ -16,6 +16,8 @@ DEFAULT_TIMESTAMP_FIELDS = [
     "last_message_ts", "last_updated", "last_modified", "last_email_at", "recorded_at",
 ]  # fmt: skip
 DEFAULT_CREATED_FIELDS = ["created_at", "authored_at", "first_message_time", "first_message_ts", "first_email_at"]
+
+DEFAULT_MAX_LINE_BYTES = 1_000_000  # one record; a line is parsed whole, so it is bounded too
 
 ROW_KINDS = {
     "code_file",
@@ -32,7 +34,7 @@ ROW_KINDS = {
 }  # fmt: skip  (the values of sources.models.Document.Kind)
 
 
-class JsonDocumentsConfig(ConnectorConfig):
+class JsonDocumentsConfig(FileSourceConfig):
     """JSON records -> rows of one kind.
 
     ``path``: a ``.jsonl`` file (one object per line), a ``.json`` file (one object or a list
@@ -51,6 +53,9 @@ class JsonDocumentsConfig(ConnectorConfig):
     the row's ``owners`` and ``participants`` metadata, which who-knows reads (it also reads the
     generic ``author``, ``reporter``, ``assignee``, ``creator``, ``owner``, ``reviewers``,
     ``collaborators`` and ``commenters`` of any row).
+    ``max_file_bytes`` (inherited): a ``.json`` file, read whole, larger than this is skipped
+    with its size; ``max_line_bytes``: a JSONL line (one record) longer than this is skipped
+    as ``{file}:{line}`` with its length; a JSONL file of any size is read line by line.
     """
 
     path: str
@@ -66,6 +71,7 @@ class JsonDocumentsConfig(ConnectorConfig):
     exclude_fields: list[str] = Field(default_factory=list)
     max_metadata_chars: int = Field(default=2000, ge=0)
     person_fields: dict[str, Literal["owner", "participant"]] = Field(default_factory=dict)
+    max_line_bytes: int = Field(default=DEFAULT_MAX_LINE_BYTES, gt=0)
 
     @field_validator("kind")
     @classmethod

@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 from dateutil import parser as date_parser
 
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
+from sources.connectors.files import FileTooLarge, iter_lines_bounded, read_bounded
 from sources.connectors.jsonl.config import JsonDocumentsConfig
 
 TEXT_CHARS = 2000  # embedded text: title + content start (the local model reads ~256 tokens anyway)
@@ -184,13 +185,13 @@ class JsonDocumentsConnector(Connector):
                     found.append(rel)
         return sorted(found)
 
-    @staticmethod
-    def _expected(path: Path) -> int:
+    def _expected(self, path: Path) -> int:
         if path.suffix.lower() in JSON_LIST_SUFFIXES:
             return 1
         try:
             with path.open("rb") as handle:
-                return sum(1 for line in handle if line.strip())
+                lines = iter_lines_bounded(handle, self.config.max_line_bytes)
+                return sum(1 for _, line in lines if not isinstance(line, bytes) or line.strip())
         except OSError:
             return 0
 
@@ -205,7 +206,13 @@ class JsonDocumentsConnector(Connector):
         source_type = PurePosixPath(rel).parts[0] if not single and len(PurePosixPath(rel).parts) > 1 else None
         if path.suffix.lower() in JSON_LIST_SUFFIXES:
             try:
-                data = json.loads(path.read_bytes().decode("utf-8-sig"))
+                data = json.loads(read_bounded(path, self.config.max_file_bytes).decode("utf-8-sig"))
+            except FileTooLarge as exc:
+                if single:
+                    raise ConnectorError(f"JSON file {path} is not read: {exc.reason}") from exc
+                report.skip(rel, exc.reason)
+                report.advance()
+                return
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
                 if single:
                     raise ConnectorError(f"cannot read JSON file {path}: {exc}") from exc
@@ -230,10 +237,14 @@ class JsonDocumentsConnector(Connector):
             report.skip(rel, f"cannot read: {exc.strerror or exc}")
             return
         with handle:
-            for lineno, raw in enumerate(handle, start=1):
+            for lineno, raw in iter_lines_bounded(handle, self.config.max_line_bytes):
+                where = f"{rel}:{lineno}"
+                if isinstance(raw, FileTooLarge):
+                    report.skip(where, raw.reason)
+                    report.advance()
+                    continue
                 if not raw.strip():
                     continue
-                where = f"{rel}:{lineno}"
                 try:
                     record = json.loads(raw.rstrip(b"\r\n").decode("utf-8-sig" if lineno == 1 else "utf-8"))
                 except UnicodeDecodeError as exc:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from sources.connectors.base import ConnectorConfig
+from sources.connectors.files import FileSourceConfig
 from sources.connectors.slack_rows import check_workspace_url
 
 
-class SlackExportConfig(ConnectorConfig):
+class SlackExportConfig(FileSourceConfig):
     """Where the export is and how its messages are grouped.
 
     ``path``: the export folder (holding ``channels.json``) or a ``.zip`` of it.
@@ -17,6 +17,9 @@ class SlackExportConfig(ConnectorConfig):
     ``conversation_gap_minutes``: messages outside threads further apart than this (minutes)
     start a new conversation row.
     ``channels``: allow-list of channel names (without ``#``); ``None`` reads every channel.
+    ``max_file_bytes`` (inherited): a larger day file, or ``users.json``, is skipped with its
+    size; a larger ``channels.json`` or ``groups.json`` fails the run (which channels exist, and
+    which are private, cannot be known without them).
     """
 
     path: str = Field(min_length=1)

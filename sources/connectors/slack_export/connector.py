@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
+from sources.connectors.files import FileTooLarge
 from sources.connectors.slack_export.config import SlackExportConfig
 from sources.connectors.slack_export.export import SlackExport
 from sources.connectors.slack_messages import SlackMessage, ts_key
@@ -66,7 +67,7 @@ class SlackExportConnector(Connector):
         has no ``channels.json``, or a top-level JSON file is malformed; a malformed day file is
         ``report.skip``-ped and the other days are still read.
         """
-        export = SlackExport(self.config.path)
+        export = SlackExport(self.config.path, max_file_bytes=self.config.max_file_bytes)
         try:
             yield from self._iter_rows(export, report)
         finally:
@@ -74,8 +75,21 @@ class SlackExportConnector(Connector):
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _load_list(self, export: SlackExport, name: str, *, required: bool) -> list[Any]:
-        raw = export.read(name)
+    def _load_list(
+        self, export: SlackExport, name: str, *, required: bool, report: IngestReport | None = None
+    ) -> list[Any]:
+        """The JSON list in top-level file ``name``; ``[]`` when absent and not ``required``.
+
+        Raises ``ConnectorError`` when it is malformed, or over ``max_file_bytes`` unless a
+        ``report`` is given to record the skip on (then ``[]``).
+        """
+        try:
+            raw = export.read(name)
+        except FileTooLarge as exc:
+            if report is None:
+                raise ConnectorError(f"{name} in Slack export {self.config.path!r} is not read: {exc.reason}") from exc
+            report.skip(name, exc.reason)
+            return []
         if raw is None:
             if required:
                 raise ConnectorError(f"Slack export {self.config.path!r} has no {name}")
@@ -111,10 +125,10 @@ class SlackExportConnector(Connector):
                 )
         return sorted(channels.values(), key=lambda c: c.name)
 
-    def _load_users(self, export: SlackExport) -> dict[str, str]:
+    def _load_users(self, export: SlackExport, report: IngestReport) -> dict[str, str]:
         """User id -> the name shown in transcripts: real name, else display name, else handle."""
         names: dict[str, str] = {}
-        for entry in self._load_list(export, "users.json", required=False):
+        for entry in self._load_list(export, "users.json", required=False, report=report):
             if not isinstance(entry, dict) or not entry.get("id"):
                 continue
             profile = entry.get("profile") or {}
@@ -131,7 +145,7 @@ class SlackExportConnector(Connector):
 
     def _iter_rows(self, export: SlackExport, report: IngestReport) -> Iterator[DocumentRow]:
         channels = self._load_channels(export, report)
-        users = self._load_users(export)
+        users = self._load_users(export, report)
         channel_names = {c.id: c.name for c in channels}
         day_files = export.day_files()
         allowed = set(self.config.channels) if self.config.channels is not None else None
@@ -160,7 +174,11 @@ class SlackExportConnector(Connector):
         """The channel's kept messages, oldest first, one per ts (a message exported twice counts once)."""
         by_ts: dict[str, SlackMessage] = {}
         for path in paths:
-            raw = export.read(path)
+            try:
+                raw = export.read(path)
+            except FileTooLarge as exc:
+                report.skip(path, exc.reason)
+                continue
             try:
                 data = json.loads(raw or b"")
             except ValueError as exc:

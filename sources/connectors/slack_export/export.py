@@ -8,6 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from sources.connectors.base import ConnectorError
+from sources.connectors.files import DEFAULT_MAX_FILE_BYTES, read_bounded, read_zip_member_bounded
 
 DAY_FILE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}\.json$")
 
@@ -17,11 +18,13 @@ class SlackExport:
 
     Raises ``ConnectorError`` naming ``path`` when it is missing, not a folder or ZIP, or holds
     no ``channels.json``. A ZIP is read in place (no extraction to disk); its export may sit
-    at the root or inside one top-level folder.
+    at the root or inside one top-level folder. ``max_file_bytes``: the largest file
+    :meth:`read` returns.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> None:
         self.path = path
+        self.max_file_bytes = max_file_bytes
         self._zip: zipfile.ZipFile | None = None
         self._root: Path | None = None
         self._prefix = ""
@@ -52,13 +55,17 @@ class SlackExport:
             self._zip.close()
 
     def read(self, name: str) -> bytes | None:
-        """The bytes of ``name`` (a path relative to the export root), or ``None`` if absent."""
+        """The bytes of ``name`` (a path relative to the export root), or ``None`` if absent.
+
+        Raises ``sources.connectors.files.FileTooLarge`` when it holds over ``max_file_bytes``
+        (nothing over the limit is read into memory).
+        """
         if self._root is not None:
             file = self._root / name
-            return file.read_bytes() if file.is_file() else None
+            return read_bounded(file, self.max_file_bytes) if file.is_file() else None
         assert self._zip is not None
         try:
-            return self._zip.read(self._prefix + name)
+            return read_zip_member_bounded(self._zip, self._prefix + name, self.max_file_bytes)
         except KeyError:
             return None
 
