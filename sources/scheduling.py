@@ -433,7 +433,11 @@ class SourceHealth:
 
 def source_health_list(*, tenant_id: int, source_ids: list[int] | None = None) -> list[SourceHealth]:
     """Every source of the tenant (or those of ``source_ids``), by name, with its health. Runs
-    inside the tenant's context."""
+    inside the tenant's context.
+
+    A ``running`` run whose source's run lock nobody holds is dead (its worker was killed): it is
+    marked failed (abandoned) here first (:func:`runs_abandon`), so no page shows it running.
+    """
     now = timezone.now()
     with tenant_context(tenant_id):
         sources = DataSource.objects.order_by("name", "slug")
@@ -441,6 +445,12 @@ def source_health_list(*, tenant_id: int, source_ids: list[int] | None = None) -
             sources = sources.filter(pk__in=source_ids)
         sources = list(sources)
         ids = [s.pk for s in sources]
+        running = IngestionRun.objects.filter(source_id__in=ids, status=IngestionRun.Status.RUNNING)
+        dead = [i for i in sorted(set(running.values_list("source_id", flat=True))) if not source_run_lock_held(i)]
+        for source_id in dead:
+            runs_abandon(source_id=source_id, now=now)
+        if dead:  # their failure counts changed
+            sources = list(DataSource.objects.filter(pk__in=ids).order_by("name", "slug"))
         finished = {
             r.source_id: r
             for r in IngestionRun.objects.filter(source_id__in=ids, status__in=FINISHED)
