@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast lint typecheck migrations-check check install install-dev
+.PHONY: demo serve test test-fast lint typecheck migrations-check check install install-dev
 
 install: $(VENV)/.installed
 
@@ -25,6 +25,10 @@ $(VENV)/.installed-dev: requirements.txt requirements-dev.txt
 
 demo: install
 	$(BIN)/python manage.py demo $(ARGS)
+
+# The portal under gunicorn with its Celery worker and beat (README: "Running in production").
+serve: install
+	$(BIN)/python manage.py serve $(ARGS)
 
 test: install-dev
 	$(BIN)/python -m pytest -q $(ARGS)

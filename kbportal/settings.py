@@ -98,6 +98,8 @@ MIDDLEWARE = [
     # First: every response, errors included, carries X-Request-ID, and the audit log sees it.
     "kbportal.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files straight from the app (``manage.py serve`` collects them), before sessions.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -131,9 +133,13 @@ TEMPLATES = [
 ]
 
 _default_db, _owner_db = database_settings(BASE_DIR)
+# KB_CONN_MAX_AGE: seconds a request thread keeps its database connection (Django's persistent
+# connections; ``manage.py serve`` uses 60). Safe with row-level security: the tenant settings
+# are transaction-local (kbportal.tenancy), so nothing of one request's tenant outlives it.
+_CONN_MAX_AGE = int(os.environ.get("KB_CONN_MAX_AGE", "0"))
 DATABASES = {
     # The app role: no BYPASSRLS, does not own the tables, so row-level security applies.
-    "default": {**_default_db, "CONN_MAX_AGE": 0},
+    "default": {**_default_db, "CONN_MAX_AGE": _CONN_MAX_AGE, "CONN_HEALTH_CHECKS": _CONN_MAX_AGE > 0},
     # The table owner: migrations and the platform operator's admin pages.
     "owner": {**_owner_db, "CONN_MAX_AGE": 0},
 }
@@ -185,6 +191,11 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Gzip (and Brotli, when installed) copies beside each collected file, served by WhiteNoise.
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
