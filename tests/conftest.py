@@ -36,6 +36,26 @@ def django_db_setup(django_test_environment, django_db_blocker):
         owner.creation.destroy_test_db(old_name, verbosity=0)
 
 
+def database_url(settings: dict) -> str:
+    """A ``postgres://`` URL for a Django connection's settings (``DATABASE_URL``'s format)."""
+    from urllib.parse import quote
+
+    password = f":{quote(settings['PASSWORD'], safe='')}" if settings["PASSWORD"] else ""
+    auth = quote(settings["USER"], safe="") + password
+    return f"postgres://{auth}@{quote(settings['HOST'] or 'localhost', safe='')}:{settings['PORT']}/{settings['NAME']}"
+
+
+def subprocess_database_env() -> dict[str, str]:
+    """This process's environment with ``DATABASE_URL`` / ``DATABASE_OWNER_URL`` naming this
+    run's test database (app role and owner), for ``manage.py``, Celery or gunicorn children."""
+    from django.db import connections
+
+    env = dict(os.environ)
+    env["DATABASE_URL"] = database_url(connections["default"].settings_dict)
+    env["DATABASE_OWNER_URL"] = database_url(connections["owner"].settings_dict)
+    return env
+
+
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     if not SHARED.exists():

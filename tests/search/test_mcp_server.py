@@ -8,7 +8,6 @@ streamable HTTP on a free loopback port. Tokens are committed too, so the subpro
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -18,7 +17,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import quote
 
 import anyio
 import httpx2
@@ -33,6 +31,7 @@ from mcp.shared.exceptions import MCPError
 from kbportal.tenancy import tenant_context
 from projects.models import ApiToken
 from projects.services import api_token_create, api_token_revoke, project_create
+from tests.conftest import subprocess_database_env
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL_NAMES = {"search", "search_slack", "search_code", "recent_prs", "who_knows"}
@@ -50,19 +49,11 @@ class Tokens:
     forged: str
 
 
-def _url(settings: dict) -> str:
-    auth = quote(settings["USER"], safe="") + (
-        f":{quote(settings['PASSWORD'], safe='')}" if settings["PASSWORD"] else ""
-    )
-    return f"postgres://{auth}@{quote(settings['HOST'] or 'localhost', safe='')}:{settings['PORT']}/{settings['NAME']}"
-
-
 @pytest.fixture(scope="module")
 def server_env(kb) -> dict[str, str]:
     """Environment for ``manage.py`` subprocesses: this run's test database, app role and owner."""
-    env = {k: v for k, v in os.environ.items() if k != "KB_API_TOKEN"}
-    env["DATABASE_URL"] = _url(connections["default"].settings_dict)
-    env["DATABASE_OWNER_URL"] = _url(connections["owner"].settings_dict)
+    env = subprocess_database_env()
+    env.pop("KB_API_TOKEN", None)
     return env
 
 

@@ -5,7 +5,6 @@ status page and API for tenant admins only."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -13,7 +12,6 @@ import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -35,6 +33,7 @@ from sources.scheduling import (
     sources_dispatch_due,
 )
 from sources.services import source_create, source_ingest
+from tests.conftest import subprocess_database_env
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 CUSTOM = {"test_rows": "tests.search.rows_connector.RowsConnector"}
@@ -353,12 +352,6 @@ def test_status_page_shows_health_to_tenant_admins_only(people, client, tmp_path
 # ---------- Celery beat itself ------------------------------------------------------------------
 
 
-def _db_url(settings: dict) -> str:
-    password = f":{quote(settings['PASSWORD'], safe='')}" if settings["PASSWORD"] else ""
-    auth = quote(settings["USER"], safe="") + password
-    return f"postgres://{auth}@{quote(settings['HOST'] or 'localhost', safe='')}:{settings['PORT']}/{settings['NAME']}"
-
-
 def test_beat_keeps_its_schedule_in_the_database_and_sends_the_dispatcher(django_db_setup, django_db_blocker):
     """A real ``celery -A kbportal beat`` (DatabaseScheduler, app role) against this run's test
     database and Redis (127.0.0.1:6379, db 14): it stores the dispatcher entry in
@@ -370,10 +363,8 @@ def test_beat_keeps_its_schedule_in_the_database_and_sends_the_dispatcher(django
     broker = "redis://127.0.0.1:6379/14"
     queue = redis.Redis.from_url(broker)
     queue.delete("default")
-    env = dict(os.environ)
+    env = subprocess_database_env()
     env.update(
-        DATABASE_URL=_db_url(connections["default"].settings_dict),
-        DATABASE_OWNER_URL=_db_url(connections["owner"].settings_dict),
         CELERY_BROKER_URL=broker,
         KB_SYNC_DISPATCH_SECONDS="1",
     )
