@@ -19,10 +19,14 @@ the run, never a silent drop.
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
-from zipfile import ZipFile
+from zipfile import BadZipFile, ZipFile
 
 from pydantic import Field
 
@@ -34,20 +38,25 @@ DEFAULT_MAX_FILE_BYTES = 10_000_000
 READ_PIECE_BYTES = 1 << 20  # 1 MiB: how much of an over-long line is read at a time to skip it
 
 
-class FileTooLarge(Exception):
+class FileRefused(Exception):
+    """A file a connector must not read (too large, not a regular file, unreadable ZIP member);
+    ``reason`` is what the run records beside the item."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(reason)
+
+
+class FileTooLarge(FileRefused):
     """A file or line is over the configured limit; ``size`` and ``limit`` are in bytes."""
 
     def __init__(
         self, size: int, limit: int, *, what: str = "file", setting: str = "max_file_bytes", at_least: bool = False
     ):
         self.size, self.limit, self.what, self.setting, self.at_least = size, limit, what, setting, at_least
-        super().__init__(self.reason)
-
-    @property
-    def reason(self) -> str:
-        """The skip reason recorded on the run, e.g. ``file is 314572800 bytes, over max_file_bytes (10000000)``."""
-        size = f"at least {self.size}" if self.at_least else str(self.size)
-        return f"{self.what} is {size} bytes, over {self.setting} ({self.limit})"
+        shown = f"at least {size}" if at_least else str(size)
+        # e.g. "file is 314572800 bytes, over max_file_bytes (10000000)"
+        super().__init__(f"{what} is {shown} bytes, over {setting} ({limit})")
 
 
 class FileSourceConfig(ConnectorConfig):
@@ -60,17 +69,43 @@ class FileSourceConfig(ConnectorConfig):
     max_file_bytes: int = Field(default=DEFAULT_MAX_FILE_BYTES, gt=0)
 
 
-def read_bounded(path: Path, limit: int) -> bytes:
-    """The bytes of ``path`` when it holds at most ``limit`` bytes.
+def open_regular(path: Path, *, follow_symlinks: bool = False) -> IO[bytes]:
+    """``path`` opened for reading in binary mode when it is a regular file.
 
-    Raises :class:`FileTooLarge` when the size on disk is over ``limit`` (nothing is read) or the
-    file grew past it while being read (at most ``limit + 1`` bytes were held), and ``OSError``
-    when the file cannot be read.
+    Opened without following a symbolic link (unless ``follow_symlinks``: a path the operator
+    configured) and without blocking, then checked on the open descriptor, so a file swapped
+    for a link or a pipe after a check is still refused. Raises :class:`FileRefused` for a
+    symbolic link, a FIFO, a device or a folder (a pipe or ``/dev/zero`` would never end), and
+    ``OSError`` when it cannot be opened.
     """
-    size = path.stat().st_size
-    if size > limit:
-        raise FileTooLarge(size, limit)
-    with path.open("rb") as handle:
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_symlinks else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise FileRefused("symbolic link; not followed") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(mode) else "a pipe" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise FileRefused(f"not a regular file ({kind}); not read")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_bounded(path: Path, limit: int, *, follow_symlinks: bool = False) -> bytes:
+    """The bytes of ``path`` when it is a regular file of at most ``limit`` bytes.
+
+    Raises :class:`FileRefused` when it is not a regular file (:func:`open_regular`),
+    :class:`FileTooLarge` when its size is over ``limit`` (nothing is read) or it grew past it
+    while being read (at most ``limit + 1`` bytes were held), and ``OSError`` when it cannot be
+    read.
+    """
+    with open_regular(path, follow_symlinks=follow_symlinks) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > limit:
+            raise FileTooLarge(size, limit)
         data = handle.read(limit + 1)
     if len(data) > limit:
         raise FileTooLarge(len(data), limit, at_least=True)
@@ -80,15 +115,19 @@ def read_bounded(path: Path, limit: int) -> bytes:
 def read_zip_member_bounded(archive: ZipFile, name: str, limit: int) -> bytes:
     """The uncompressed bytes of member ``name`` of ``archive`` when at most ``limit`` bytes.
 
-    The size the archive declares is checked first; the read stops at ``limit + 1`` bytes, so a
-    member that declares less than it holds (a zip bomb) is refused as well. Raises
-    :class:`FileTooLarge`, ``KeyError`` when there is no such member, ``zipfile.BadZipFile``.
+    The size the archive declares is checked first, and the read stops at ``limit + 1`` bytes.
+    (A member that declares less than it holds, a zip bomb, stops at its declared size and fails
+    its CRC check.) Raises :class:`FileTooLarge`; :class:`FileRefused` for a member that cannot
+    be read (corrupt, encrypted, an unsupported compression); ``KeyError`` when there is none.
     """
     declared = archive.getinfo(name).file_size
     if declared > limit:
         raise FileTooLarge(declared, limit)
-    with archive.open(name) as handle:
-        data = handle.read(limit + 1)
+    try:
+        with archive.open(name) as handle:
+            data = handle.read(limit + 1)
+    except (BadZipFile, RuntimeError, NotImplementedError, zlib.error, EOFError) as exc:
+        raise FileRefused(f"unreadable ZIP member: {exc}") from exc
     if len(data) > limit:
         raise FileTooLarge(len(data), limit, at_least=True)
     return data
@@ -97,27 +136,26 @@ def read_zip_member_bounded(archive: ZipFile, name: str, limit: int) -> bytes:
 def iter_lines_bounded(handle: IO[bytes], limit: int) -> Iterator[tuple[int, bytes | FileTooLarge]]:
     """``(line number, line)`` for each line of ``handle``, 1-based, the line with its newline.
 
-    A line whose bytes (its newline excluded) are over ``limit`` is read in pieces of
+    A line whose bytes (its ``\\n`` or ``\\r\\n`` excluded) are over ``limit`` is read in pieces of
     :data:`READ_PIECE_BYTES` and dropped; in its place comes a :class:`FileTooLarge` with
     ``what="line"``, ``setting="max_line_bytes"`` and the line's length. Memory held: at most
-    ``limit + 1`` bytes of one line at a time.
+    ``limit + 2`` bytes of one line at a time.
     """
     lineno = 0
     while True:
-        line = handle.readline(limit + 1)
+        line = handle.readline(limit + 2)  # room for the limit and a "\r\n"
         if not line:
             return
         lineno += 1
-        if len(line) <= limit or (len(line) == limit + 1 and line.endswith(b"\n")):
+        ending = 2 if line.endswith(b"\r\n") else 1 if line.endswith(b"\n") else 0
+        if len(line) - ending <= limit:
             yield lineno, line
             continue
-        size = len(line)
-        while not line.endswith(b"\n"):
-            line = handle.readline(READ_PIECE_BYTES)
-            if not line:
+        size, tail = len(line), line[-2:]
+        while not tail.endswith(b"\n"):
+            piece = handle.readline(READ_PIECE_BYTES)
+            if not piece:
                 break
-            size += len(line)
-        yield (
-            lineno,
-            FileTooLarge(size - (1 if line.endswith(b"\n") else 0), limit, what="line", setting="max_line_bytes"),
-        )
+            size, tail = size + len(piece), (tail + piece)[-2:]
+        ending = 2 if tail == b"\r\n" else 1 if tail.endswith(b"\n") else 0
+        yield lineno, FileTooLarge(size - ending, limit, what="line", setting="max_line_bytes")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import zipfile
 from pathlib import Path
 
@@ -16,12 +17,12 @@ from kbportal.tenancy import tenant_context
 from sources.connectors.base import ConnectorError, IngestReport
 from sources.connectors.confluence.connector import ConfluenceConnector
 from sources.connectors.docs.connector import DocsConnector
-from sources.connectors.files import FileTooLarge, iter_lines_bounded, read_bounded
+from sources.connectors.files import FileRefused, FileTooLarge, iter_lines_bounded, read_bounded
 from sources.connectors.jira.connector import JiraConnector
 from sources.connectors.jsonl.connector import JsonDocumentsConnector
 from sources.connectors.slack_export.connector import SlackExportConnector
 from sources.models import IngestionRun
-from sources.scheduling import source_health_list, source_run_lock
+from sources.scheduling import runs_abandon, source_health_list, source_run_lock
 from sources.services import source_create, source_ingest
 
 
@@ -40,6 +41,30 @@ def test_read_bounded_refuses_a_file_over_the_limit_without_reading_it(tmp_path)
     assert refused.value.reason == "file is 100 bytes, over max_file_bytes (99)"
 
 
+def test_a_pipe_a_device_link_and_a_link_are_refused_without_reading(tmp_path):
+    os.mkfifo(tmp_path / "pipe.md")  # open() on it would wait for a writer forever
+    (tmp_path / "zero.jsonl").symlink_to("/dev/zero")  # reading it would never end
+    (tmp_path / "page.md").write_text("# Page\n\nA real page.\n")
+    (tmp_path / "link.md").symlink_to(tmp_path / "page.md")
+    with pytest.raises(FileRefused, match=r"not a regular file \(a pipe\)"):
+        read_bounded(tmp_path / "pipe.md", 1000)
+    with pytest.raises(FileRefused, match="symbolic link; not followed"):
+        read_bounded(tmp_path / "link.md", 1000)
+    assert read_bounded(tmp_path / "link.md", 1000, follow_symlinks=True) == b"# Page\n\nA real page.\n"
+    with pytest.raises(FileRefused, match=r"not a regular file \(a device or socket\)"):
+        read_bounded(tmp_path / "zero.jsonl", 1000, follow_symlinks=True)
+    report = IngestReport()
+    assert list(JsonDocumentsConnector({"path": str(tmp_path)}).iter_rows(report)) == []
+    assert report.skipped == [{"item": "zero.jsonl", "reason": "symbolic link; not followed"}]
+    report = IngestReport()
+    rows = list(DocsConnector({"path": str(tmp_path)}).iter_rows(report))
+    assert {r.external_id for r in rows} == {"page.md", "page.md#page"}
+    assert report.skipped == [
+        {"item": "link.md", "reason": "symbolic link; not followed"},
+        {"item": "pipe.md", "reason": "not a regular file (a pipe); not read"},
+    ]
+
+
 def test_lines_over_the_limit_are_reported_with_their_length_and_the_next_lines_still_read():
     data = b"short\n" + b"y" * 25 + b"\n" + b"z" * 10 + b"\n" + b"w" * 11
     assert _lines(data, 10) == [
@@ -48,6 +73,8 @@ def test_lines_over_the_limit_are_reported_with_their_length_and_the_next_lines_
         (3, b"z" * 10 + b"\n"),  # exactly the limit, its newline not counted
         (4, "line is 11 bytes, over max_line_bytes (10)"),  # the last line, with no newline
     ]
+    # The newline is not counted, \r\n included; a long line's length excludes it too.
+    assert _lines(b"abc\r\nabcd\r\n", 3) == [(1, b"abc\r\n"), (2, "line is 4 bytes, over max_line_bytes (3)")]
     # A line much longer than one read piece is consumed piece by piece, then reading goes on.
     big = b"a" * (3 * (1 << 20) + 5) + b"\nnext\n"
     assert _lines(big, 1000) == [(1, f"line is {3 * (1 << 20) + 5} bytes, over max_line_bytes (1000)"), (2, b"next\n")]
@@ -131,6 +158,24 @@ def test_slack_export_skips_an_oversized_day_file_from_a_folder_or_a_zip(tmp_pat
     ]
 
 
+def test_slack_export_skips_a_corrupt_zip_member_and_reads_the_other_days(tmp_path):
+    root = tmp_path / "export"
+    _slack_export(root, day_padding=100)
+    path = tmp_path / "export.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for file in sorted(root.rglob("*.json")):
+            archive.write(file, file.relative_to(root).as_posix())
+    data = bytearray(path.read_bytes())
+    at = data.find(b"pppp")  # inside the stored day file of 2023-11-15: its CRC no longer matches
+    data[at : at + 4] = b"qqqq"
+    path.write_bytes(bytes(data))
+    report = IngestReport()
+    rows = list(SlackExportConnector({"path": str(path)}).iter_rows(report))
+    assert any("deploy key rotates monthly" in r.content for r in rows)
+    assert [s["item"] for s in report.skipped] == ["general/2023-11-15.json"]
+    assert report.skipped[0]["reason"].startswith("unreadable ZIP member: Bad CRC-32")
+
+
 def test_slack_export_with_an_oversized_channel_list_fails_naming_the_file(tmp_path):
     _slack_export(tmp_path)
     (tmp_path / "channels.json").write_text(json.dumps([{"id": f"C{i}", "name": f"c{i}"} for i in range(200)]))
@@ -163,6 +208,34 @@ def test_jira_csv_export_is_read_record_by_record_and_a_bad_byte_fails_naming_th
     assert [next(rows).title, next(rows).title] == ["OPS-1: Queue stalls", "OPS-2: Disk full"]
     with pytest.raises(ConnectorError, match=r"jira\.csv line 5 is not UTF-8: invalid byte 0xff at column 11"):
         next(rows)
+
+
+def test_jira_csv_with_bare_cr_lines_a_bom_and_a_large_cell(tmp_path):
+    export = tmp_path / "jira.csv"
+    big = "x" * 200_000  # over csv's own 128 KiB cell limit, under max_file_bytes
+    export.write_bytes(
+        f"\ufeffIssue key,Summary,Description\rOPS-1,Old Mac line ends,{big}\rOPS-2,Second,ok\r".encode()
+    )
+    rows = list(JiraConnector({"path": str(export)}).iter_rows(IngestReport()))
+    assert [r.title for r in rows] == ["OPS-1: Old Mac line ends", "OPS-2: Second"]
+    assert big in rows[0].content
+    export.write_bytes(b"\xef\xbb\xbfIssue key,Summ\xffary\n")
+    with pytest.raises(ConnectorError, match=r"line 1 is not UTF-8: invalid byte 0xff at column 15"):
+        list(JiraConnector({"path": str(export)}).iter_rows(IngestReport()))
+    export.write_bytes(b"Issue key,Summary\n" + b"OPS-1," + b"y" * 300 + b"\n")
+    with pytest.raises(ConnectorError, match=r"line 2 is not read: it is 306 bytes, over max_file_bytes \(100\)"):
+        list(JiraConnector({"path": str(export), "max_file_bytes": 100}).iter_rows(IngestReport()))
+
+
+def test_a_dead_run_is_marked_abandoned_and_counted_as_a_failure_once(make_tenant, tmp_path):
+    tenant_id = make_tenant("acme").tenant.pk
+    source = source_create(tenant_id=tenant_id, kind="docs", name="Docs", config={"path": str(tmp_path)})
+    with tenant_context(tenant_id):
+        dead = IngestionRun.objects.create(tenant_id=tenant_id, source=source, status="running")
+        assert runs_abandon(source_id=source.pk) == [dead.pk]
+        assert runs_abandon(source_id=source.pk) == []  # a second caller that saw the same run
+        source.refresh_from_db()
+    assert source.consecutive_failures == 1
 
 
 def test_status_page_marks_a_dead_running_run_abandoned_and_a_live_one_not(make_tenant, tmp_path):

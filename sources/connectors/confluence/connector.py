@@ -44,7 +44,7 @@ from sources.connectors.atlassian.client import AtlassianClient, AtlassianError
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport, json_object
 from sources.connectors.confluence.config import ConfluenceConfig
 from sources.connectors.confluence.rows import Page, effective_principals, page_rows, user_principal
-from sources.connectors.files import FileTooLarge, read_bounded
+from sources.connectors.files import FileRefused, read_bounded
 from sources.connectors.jira.connector import parse_time
 
 RESTRICTIONS = "restrictions.read.restrictions.user,restrictions.read.restrictions.group"
@@ -227,7 +227,7 @@ class ConfluenceConnector(Connector):
                 continue
             try:
                 html = read_bounded(full, self.config.max_file_bytes).decode("utf-8")
-            except FileTooLarge as exc:
+            except FileRefused as exc:
                 yield relpath, MalformedPage(exc.reason)
                 continue
             except (OSError, UnicodeDecodeError) as exc:

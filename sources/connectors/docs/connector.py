@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
 from sources.connectors.docs.config import DocsConfig
 from sources.connectors.docs.sections import Block, Heading, ParsedPage, RawSection, parse_page, render, slug
-from sources.connectors.files import FileTooLarge, read_bounded
+from sources.connectors.files import FileRefused, read_bounded
 
 PAGE_TEXT_CHARS = 1000  # embedded text of a page row: title + the start of the page
 SECTION_TEXT_CHARS = 1500  # embedded text of a section row: heading path + body
@@ -307,7 +307,7 @@ class DocsConnector(Connector):
         try:
             data = read_bounded(full, self.config.max_file_bytes)
             mtime = datetime.fromtimestamp(full.stat().st_mtime, tz=UTC)
-        except FileTooLarge as exc:
+        except FileRefused as exc:  # too large, a link, a pipe or a device
             report.skip(relpath, exc.reason)
             return []
         except OSError as exc:

@@ -32,6 +32,7 @@ shape, is ``report.skip``-ped with the reason; the rest are ingested.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import re
 from collections.abc import Iterator
@@ -42,7 +43,7 @@ from typing import IO, Any
 
 from sources.connectors.atlassian.client import AtlassianClient
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
-from sources.connectors.files import FileTooLarge, iter_lines_bounded
+from sources.connectors.files import FileRefused, FileTooLarge, iter_lines_bounded, open_regular
 from sources.connectors.jira.config import JiraConfig
 
 FIELDS = (
@@ -255,9 +256,14 @@ class JiraConnector(Connector):
         if not path.is_file():
             raise ConnectorError(f"Jira CSV export {path} does not exist or is not a file")
         try:
-            handle = path.open("rb")
+            handle = open_regular(path, follow_symlinks=True)
+        except FileRefused as exc:
+            raise ConnectorError(f"Jira CSV export {path} is not read: {exc.reason}") from None
         except OSError as exc:
             raise ConnectorError(f"Jira CSV export {path} cannot be read: {exc}") from None
+        # A cell may be as long as a line may (csv's own default stops at 128 KiB); raised only,
+        # process-wide, as the limit is the csv module's.
+        csv.field_size_limit(max(csv.field_size_limit(), self.config.max_file_bytes))
         # Read record by record: an export of any size holds one record in memory at a time.
         with handle:
             reader = csv.reader(self._csv_lines(path, handle))
@@ -269,18 +275,25 @@ class JiraConnector(Connector):
                 ) from None
 
     def _csv_lines(self, path: Path, handle: IO[bytes]) -> Iterator[str]:
-        """The export's lines, decoded one at a time; ``ConnectorError`` naming the line when one
-        is not UTF-8 or is over ``max_file_bytes``."""
-        for lineno, raw in iter_lines_bounded(handle, self.config.max_file_bytes):
+        """The export's lines, decoded one ``\\n`` line at a time and split as ``str.splitlines``
+        does (old Mac and Excel exports end lines with a bare ``\\r``); ``ConnectorError`` naming
+        the line when one is not UTF-8 or is over ``max_file_bytes``."""
+        limit = self.config.max_file_bytes
+        for lineno, raw in iter_lines_bounded(handle, limit):
             if isinstance(raw, FileTooLarge):
-                raise ConnectorError(f"Jira CSV export {path} line {lineno} is not read: {raw.reason}")
+                raise ConnectorError(
+                    f"Jira CSV export {path} line {lineno} is not read: it is {raw.size} bytes, "
+                    f"over max_file_bytes ({limit})"
+                )
+            bom = len(codecs.BOM_UTF8) if lineno == 1 and raw.startswith(codecs.BOM_UTF8) else 0
             try:
-                yield raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+                text = raw[bom:].decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise ConnectorError(
-                    f"Jira CSV export {path} line {lineno} is not UTF-8: invalid byte 0x{raw[exc.start]:02x} "
+                    f"Jira CSV export {path} line {lineno} is not UTF-8: invalid byte 0x{raw[bom + exc.start]:02x} "
                     f"at column {exc.start + 1}"
                 ) from None
+            yield from text.splitlines(keepends=True)
 
     def _csv_rows(self, path: Path, reader: Any) -> Iterator[tuple[str, Issue | MalformedIssue]]:
         header = next(reader, None)

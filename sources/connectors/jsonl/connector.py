@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 from dateutil import parser as date_parser
 
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
-from sources.connectors.files import FileTooLarge, iter_lines_bounded, read_bounded
+from sources.connectors.files import FileRefused, FileTooLarge, iter_lines_bounded, open_regular, read_bounded
 from sources.connectors.jsonl.config import JsonDocumentsConfig
 
 TEXT_CHARS = 2000  # embedded text: title + content start (the local model reads ~256 tokens anyway)
@@ -189,10 +189,11 @@ class JsonDocumentsConnector(Connector):
         if path.suffix.lower() in JSON_LIST_SUFFIXES:
             return 1
         try:
-            with path.open("rb") as handle:
+            # Never a link or a pipe (``/dev/zero`` would be counted forever); _file_rows skips those.
+            with open_regular(path) as handle:
                 lines = iter_lines_bounded(handle, self.config.max_line_bytes)
                 return sum(1 for _, line in lines if not isinstance(line, bytes) or line.strip())
-        except OSError:
+        except (OSError, FileRefused):
             return 0
 
     def _file_rows(self, base: Path, rel: str, report: IngestReport, *, single: bool) -> Iterator[DocumentRow]:
@@ -206,8 +207,10 @@ class JsonDocumentsConnector(Connector):
         source_type = PurePosixPath(rel).parts[0] if not single and len(PurePosixPath(rel).parts) > 1 else None
         if path.suffix.lower() in JSON_LIST_SUFFIXES:
             try:
-                data = json.loads(read_bounded(path, self.config.max_file_bytes).decode("utf-8-sig"))
-            except FileTooLarge as exc:
+                data = json.loads(
+                    read_bounded(path, self.config.max_file_bytes, follow_symlinks=single).decode("utf-8-sig")
+                )
+            except FileRefused as exc:
                 if single:
                     raise ConnectorError(f"JSON file {path} is not read: {exc.reason}") from exc
                 report.skip(rel, exc.reason)
@@ -230,7 +233,12 @@ class JsonDocumentsConnector(Connector):
                     yield row
             return
         try:
-            handle = path.open("rb")
+            handle = open_regular(path, follow_symlinks=single)
+        except FileRefused as exc:
+            if single:
+                raise ConnectorError(f"JSONL file {path} is not read: {exc.reason}") from exc
+            report.skip(rel, exc.reason)
+            return
         except OSError as exc:
             if single:
                 raise ConnectorError(f"cannot read JSONL file {path}: {exc.strerror or exc}") from exc

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
-from sources.connectors.files import FileTooLarge
+from sources.connectors.files import FileRefused
 from sources.connectors.slack_export.config import SlackExportConfig
 from sources.connectors.slack_export.export import SlackExport
 from sources.connectors.slack_messages import SlackMessage, ts_key
@@ -85,7 +85,7 @@ class SlackExportConnector(Connector):
         """
         try:
             raw = export.read(name)
-        except FileTooLarge as exc:
+        except FileRefused as exc:
             if report is None:
                 raise ConnectorError(f"{name} in Slack export {self.config.path!r} is not read: {exc.reason}") from exc
             report.skip(name, exc.reason)
@@ -176,7 +176,7 @@ class SlackExportConnector(Connector):
         for path in paths:
             try:
                 raw = export.read(path)
-            except FileTooLarge as exc:
+            except FileRefused as exc:
                 report.skip(path, exc.reason)
                 continue
             try:

@@ -58,11 +58,12 @@ class SlackExport:
         """The bytes of ``name`` (a path relative to the export root), or ``None`` if absent.
 
         Raises ``sources.connectors.files.FileTooLarge`` when it holds over ``max_file_bytes``
-        (nothing over the limit is read into memory).
+        (nothing over the limit is read into memory), ``FileRefused`` when it is not a regular
+        file (a link, a pipe) or an unreadable ZIP member.
         """
         if self._root is not None:
             file = self._root / name
-            return read_bounded(file, self.max_file_bytes) if file.is_file() else None
+            return read_bounded(file, self.max_file_bytes) if file.is_file() or file.is_symlink() else None
         assert self._zip is not None
         try:
             return read_zip_member_bounded(self._zip, self._prefix + name, self.max_file_bytes)
