@@ -173,20 +173,20 @@ def source_health_record(*, source_id: int, run: IngestionRun) -> None:
 def runs_abandon(*, source_id: int, now: datetime | None = None) -> list[int]:
     """Mark the source's ``running`` runs failed (abandoned); returns their ids.
 
-    Call only while holding the source's run lock, or after :func:`source_run_lock_held`
-    said nobody holds it: then no process is running them. Each counts as a failure of the
+    Call only while holding the source's run lock: then no process is running them. Each counts as a failure of the
     source (a source that kills its worker backs off too). Runs in the tenant's context.
     """
     now = now or timezone.now()
-    ids = list(
-        IngestionRun.objects.filter(source_id=source_id, status=IngestionRun.Status.RUNNING).values_list(
-            "pk", flat=True
+    # One UPDATE that returns what it changed: two callers that saw the same dead run (the status
+    # page and the dispatcher) mark it, and count it as a failure, once.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {IngestionRun._meta.db_table} SET status = %s, error = %s, finished_at = %s "
+            "WHERE source_id = %s AND status = %s RETURNING id",
+            [IngestionRun.Status.FAILED, ABANDONED, now, source_id, IngestionRun.Status.RUNNING],
         )
-    )
+        ids = sorted(row[0] for row in cursor.fetchall())
     if ids:
-        IngestionRun.objects.filter(pk__in=ids).update(
-            status=IngestionRun.Status.FAILED, error=ABANDONED, finished_at=now
-        )
         for run_id in ids:
             logger.warning("ingestion run %s of source %s was abandoned; marked failed", run_id, source_id)
         _failure_record(source_id, f"run {ids[-1]} {ABANDONED}", now)
@@ -338,8 +338,11 @@ def _source_busy(source: DataSource, now: datetime, report: DispatchReport) -> b
     active = list(IngestionRun.objects.filter(source=source, status__in=ACTIVE))
     if not active:
         return False
-    if any(r.status == IngestionRun.Status.RUNNING for r in active) and not source_run_lock_held(source.pk):
-        report.abandoned += runs_abandon(source_id=source.pk, now=now)
+    if any(r.status == IngestionRun.Status.RUNNING for r in active):
+        # Holding the lock (never waiting for it): a run that starts meanwhile is never touched.
+        with source_run_lock(source.pk) as nobody_running:
+            if nobody_running:
+                report.abandoned += runs_abandon(source_id=source.pk, now=now)
     stale_before = now - timedelta(minutes=settings.KB_SYNC_QUEUED_STALE_MINUTES)
     lost = [r.pk for r in active if r.status == IngestionRun.Status.QUEUED and r.created_at < stale_before]
     if lost:
@@ -436,7 +439,8 @@ def source_health_list(*, tenant_id: int, source_ids: list[int] | None = None) -
     inside the tenant's context.
 
     A ``running`` run whose source's run lock nobody holds is dead (its worker was killed): it is
-    marked failed (abandoned) here first (:func:`runs_abandon`), so no page shows it running.
+    marked failed (abandoned) here first (:func:`runs_abandon`), so no page shows it running. The
+    lock is taken for that (never waited for), so a run that starts meanwhile is never touched.
     """
     now = timezone.now()
     with tenant_context(tenant_id):
@@ -446,9 +450,11 @@ def source_health_list(*, tenant_id: int, source_ids: list[int] | None = None) -
         sources = list(sources)
         ids = [s.pk for s in sources]
         running = IngestionRun.objects.filter(source_id__in=ids, status=IngestionRun.Status.RUNNING)
-        dead = [i for i in sorted(set(running.values_list("source_id", flat=True))) if not source_run_lock_held(i)]
-        for source_id in dead:
-            runs_abandon(source_id=source_id, now=now)
+        dead = []
+        for source_id in sorted(set(running.values_list("source_id", flat=True))):
+            with source_run_lock(source_id) as nobody_running:
+                if nobody_running and runs_abandon(source_id=source_id, now=now):
+                    dead.append(source_id)
         if dead:  # their failure counts changed
             sources = list(DataSource.objects.filter(pk__in=ids).order_by("name", "slug"))
         finished = {
