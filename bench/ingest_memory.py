@@ -4,9 +4,10 @@ Usage:
 
     .venv/bin/python bench/ingest_memory.py [--big-mb 300] [--lines 2000000] [--workdir DIR] [--keep]
 
-Writes, under ``--workdir`` (default: a new folder in the system temp dir, removed afterwards
-unless ``--keep``), the inputs of four scenarios, each next to the same small set of ordinary
-items so that their rows (and so the embedding work) are alike:
+Writes, under ``--workdir`` (a new or empty folder; default: a new folder in the system temp
+dir; what it writes is removed afterwards unless ``--keep``), the inputs of four scenarios,
+each next to the same small set of ordinary items so that their rows (and so the embedding
+work) are alike:
 
 - ``docs``: 40 Markdown pages (the baseline);
 - ``docs+big``: the same pages plus a ``--big-mb`` MB log file (``server.log.txt``) and a
@@ -182,13 +183,21 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, help="where the inputs are written (default: a temp folder)")
     parser.add_argument("--keep", action="store_true", help="keep the inputs afterwards")
     args = parser.parse_args()
+    if args.workdir is not None and args.workdir.exists() and any(args.workdir.iterdir()):
+        raise SystemExit(f"--workdir {args.workdir} is not empty; give a new or empty folder")
+    created = args.workdir is None or not args.workdir.exists()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="kbportal-memory-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         run(args.big_mb, args.lines, workdir)
     finally:
         if not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
+            # Only what this run wrote: the folder it created, or the inputs inside the given one.
+            if created:
+                shutil.rmtree(workdir, ignore_errors=True)
+            else:
+                for name in ("docs", "docs-big", "records", "slack"):
+                    shutil.rmtree(workdir / name, ignore_errors=True)
 
 
 if __name__ == "__main__":

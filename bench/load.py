@@ -49,6 +49,23 @@ USERNAME = "bench-load-user"
 SHARED_DOCS = ROOT.parent / "shared" / "corpora" / "fastapi-docs" / "docs" / "en" / "docs"
 N_QUERIES = 60
 NAMES = ("web search", "api search", "web ask", "api ask")
+# Every request goes straight to the loopback server, whatever proxy the environment names.
+DIRECT = urllib.request.ProxyHandler({})
+
+
+LOOPBACK = {"", "localhost", "127.0.0.1", "::1"}
+
+
+def check_loopback_database() -> None:
+    """Refuse a ``DATABASE_URL`` on another host: the bench creates a tenant and resets its user's
+    password, which belongs in a local database, never a shared one."""
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        from urllib.parse import urlsplit
+
+        host = urlsplit(url).hostname or ""
+        if host not in LOOPBACK and not host.startswith("/"):
+            raise SystemExit(f"DATABASE_URL names host {host!r}: bench/load.py runs on a local database only")
 
 
 def setup() -> tuple[str, str, list[str], int]:
@@ -109,7 +126,7 @@ def login(base: str, password: str) -> str:
     import re
 
     jar = http.cookiejar.CookieJar()
-    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    opener = urllib.request.build_opener(DIRECT, urllib.request.HTTPCookieProcessor(jar))
     page = opener.open(f"{base}/accounts/login/").read().decode()
     csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
     assert csrf, "no CSRF token on the login page"
@@ -127,7 +144,7 @@ def wait_ready(base: str, server: subprocess.Popen, seconds: float = 120) -> Non
         if server.poll() is not None:
             raise SystemExit(f"manage.py serve exited ({server.returncode})")
         try:
-            urllib.request.urlopen(f"{base}/accounts/login/", timeout=2).read()
+            urllib.request.build_opener(DIRECT).open(f"{base}/accounts/login/", timeout=2).read()
             return
         except OSError:
             time.sleep(0.5)
@@ -191,6 +208,7 @@ def main() -> None:
     args = parser.parse_args()
     levels = [int(u) for u in args.users.split(",")]
 
+    check_loopback_database()
     password, token, queries, tenant_id = setup()
     workdir = Path(tempfile.mkdtemp(prefix="kbportal-load-"))
     (workdir / "queries.json").write_text(json.dumps(queries))
@@ -209,7 +227,8 @@ def main() -> None:
     try:
         wait_ready(base, server)
         session = login(base, password)
-        env = {**os.environ, "KB_LOAD_QUERIES": str(workdir / "queries.json"), "KB_LOAD_SESSION": session,
+        direct = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+        env = {**os.environ, **direct, "KB_LOAD_QUERIES": str(workdir / "queries.json"), "KB_LOAD_SESSION": session,
                "KB_LOAD_TOKEN": token}  # fmt: skip
         # Warm each worker's embedder and caches before measuring.
         run_level(base, 4, 10, 0, env, workdir, user_class)

@@ -230,12 +230,13 @@ class SourceListView(ApiView):
 
 
 class SourceSyncView(ApiView):
-    """``POST /api/v1/sources/<slug>/sync``: queue an ingestion run (tenant owners and admins)."""
+    """``POST /api/v1/sources/<slug>/sync``: queue an ingestion run (``source_sync_allowed``: the
+    organization's owners and admins, or an editor of a project the source is attached to)."""
 
     @extend_schema(
         operation_id="source_sync",
         tags=["sources"],
-        summary="Queue an ingestion run now (owners and admins of the organization)",
+        summary="Queue an ingestion run now (owners and admins of the organization, editors of its projects)",
         request=None,
         responses={202: s.SyncQueuedSerializer, **_errors(401, 403, 404, 429)},
     )

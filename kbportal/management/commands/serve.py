@@ -10,9 +10,10 @@ itself), then starts and watches three processes:
   runs elsewhere);
 - **beat**: Celery beat with the database scheduler, which queues due syncs (``--no-beat``).
 
-Their output goes to this terminal, each line prefixed by the process name. Ctrl-C or SIGTERM
-stops all three (gunicorn finishes the requests under way); if one of them exits, the others
-are stopped and the command fails naming it.
+Their output goes to this terminal, each line prefixed by the process name. Ctrl-C, SIGTERM,
+SIGHUP (the terminal closing) or SIGQUIT stops all three (gunicorn finishes the requests under
+way, for up to 30 s); if one of them exits, the others are stopped and the command fails naming
+it. Each serves from its own process group, which is what is signalled, workers included.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-STOP_GRACE_SECONDS = 30
+GRACEFUL_SECONDS = 30  # gunicorn's --graceful-timeout: requests under way get this long
+STOP_GRACE_SECONDS = GRACEFUL_SECONDS + 5  # then each process group is killed
 CONN_MAX_AGE_SECONDS = 60
 
 
@@ -48,8 +50,11 @@ def process_commands(
             "--bind", bind, "--workers", str(workers), "--worker-class", "gthread", "--threads", str(threads),
             # A worker process whose main loop is silent this long is restarted. With gthread the
             # requests run on other threads, so a long answer stream does not trip it.
-            "--timeout", str(timeout), "--graceful-timeout", str(STOP_GRACE_SECONDS),
+            "--timeout", str(timeout), "--graceful-timeout", str(GRACEFUL_SECONDS),
             "--access-logfile", "-", "--error-logfile", "-",
+            # Gunicorn's control socket defaults to one per OS user (~/.gunicorn): two portals of one
+            # user would take it from each other. Each checkout keeps its own under var/.
+            "--control-socket", str(settings.VAR_DIR / "gunicorn.ctl"),
         ],
     }  # fmt: skip
     if worker:
@@ -62,10 +67,18 @@ def process_commands(
 
 
 def _relay(name: str, stream: IO[bytes], out: IO[str], lock: threading.Lock) -> None:
+    """Copy a child's output lines to ``out``, prefixed; once ``out`` breaks (a closed pipe), keep
+    draining the child's pipe, so the child never blocks on a full one."""
+    broken = False
     for raw in iter(stream.readline, b""):
-        with lock:
-            out.write(f"[{name}] {raw.decode(errors='replace').rstrip()}\n")
-            out.flush()
+        if broken:
+            continue
+        try:
+            with lock:
+                out.write(f"[{name}] {raw.decode(errors='replace').rstrip()}\n")
+                out.flush()
+        except (OSError, ValueError):
+            broken = True
 
 
 class Command(BaseCommand):
@@ -102,8 +115,10 @@ class Command(BaseCommand):
         def stop(*_):
             stopping.set()
 
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGTERM, stop)
+        # The terminal closing (SIGHUP) or a quit stops the children too: they run in their own
+        # process groups, so nothing else would.
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+            signal.signal(signum, stop)
         try:
             for name, argv in commands.items():
                 proc = subprocess.Popen(
@@ -125,13 +140,22 @@ class Command(BaseCommand):
             self._stop(procs)
 
     def _stop(self, procs: dict[str, subprocess.Popen]) -> None:
+        """TERM to each child's process group (gunicorn and Celery finish cleanly on it), then,
+        after :data:`STOP_GRACE_SECONDS`, KILL to the groups still there: workers included."""
         for proc in procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)  # gunicorn and Celery both finish cleanly on TERM
+            _signal_group(proc, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_SECONDS
         for proc in procs.values():
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                pass
+            _signal_group(proc, signal.SIGKILL)  # what is left of the group, if anything
+            proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(proc.pid, signum)  # the child leads its own group (start_new_session)
+    except (ProcessLookupError, PermissionError):
+        pass
