@@ -60,9 +60,13 @@ def served(kb, django_db_blocker):
             assert time.monotonic() < deadline, f"manage.py serve did not answer within {START_SECONDS}s"
             time.sleep(0.5)
     yield base, acme_token, globex_token, server
-    if server.poll() is None:
-        server.kill()
-        server.wait()
+    if server.poll() is None:  # a test failed before the SIGTERM one: stop it the same way
+        server.terminate()  # serve stops its gunicorn group; a KILL here would orphan the workers
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 def test_static_files_are_served_compressed_by_the_app(served):
