@@ -5,9 +5,12 @@ A worker reads a data source's files one at a time; without a limit one oversize
 memory, parsed, and embedded as tens of thousands of rows. Every file-reading connector reads
 through these helpers instead:
 
+- :func:`open_regular` opens a file only when it is a regular one (never a link inside a
+  folder, a pipe or a device, which could block or never end);
 - :func:`read_bounded` reads a whole file of at most ``limit`` bytes, checking the size on disk
   first and reading at most ``limit + 1`` bytes (a file that grows while being read is still
-  refused), so no more than ``limit`` bytes are ever held;
+  refused), so no more than ``limit`` bytes are ever held; :func:`read_zip_member_bounded` does
+  the same for a ZIP archive's member;
 - :func:`iter_lines_bounded` yields a file's lines holding at most ``limit`` bytes each in
   memory; a longer line is consumed in pieces of :data:`READ_PIECE_BYTES` and reported as too
   long (its length known, its bytes dropped);
