@@ -75,7 +75,7 @@ class AskResult:
 
 def verdict_dict(verdict: Verdict | None) -> dict[str, Any] | None:
     """The gate's verdict as JSON: ``status``, ``decided_by``, ``probability``, ``missing_terms``,
-    ``missing_type``, ``features``."""
+    ``missing_focus``, ``missing_type``, ``features``."""
     if verdict is None:
         return None
     return {
@@ -83,6 +83,7 @@ def verdict_dict(verdict: Verdict | None) -> dict[str, Any] | None:
         "decided_by": verdict.decided_by,
         "probability": verdict.probability,
         "missing_terms": list(verdict.missing_terms),
+        "missing_focus": verdict.missing_focus,
         "missing_type": verdict.missing_type,
         "features": verdict.features,
     }
@@ -103,7 +104,8 @@ class AskEvent:
     - ``token`` (zero or more): ``{text}``, the next piece of the answer, citations already validated
     - ``done``: ``{answer_id, question, text, answered, synthesizer, cited: [n], sources: [Evidence.as_dict()],
       removed_citations: [n], error, fallback, checks: [name], verdict: {status, decided_by, probability,
-      missing_terms, missing_type, features}, timings_ms: {plan, tools, gate, first_token, synthesize, total}}``
+      missing_terms, missing_focus, missing_type, features}, timings_ms: {plan, tools, gate, first_token, synthesize,
+      total}}``
 
     ``done.text`` is the final answer. The tokens concatenate to it, except when the LLM failed
     after some text was sent, wrote an answer citing no evidence (citations attributed, or a

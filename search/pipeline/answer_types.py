@@ -178,3 +178,89 @@ def ungrounded_values_note(values: list[str], label: str) -> str:
 def unstated_type_note(label: str) -> str:
     """The sentence that opens an LLM answer naming no value of the asked form."""
     return f"This answer does not state the {label} the question asks for: the sources found may not hold it."
+
+
+# -- the question's focus --------------------------------------------------------------------------
+
+# The question focus (Moldovan et al., ACL 2000, above): the word naming what a who/what/which/how
+# many/how much question asks about ("Who *signed* the lease?", "What was the *budget* of the
+# project?"). Evidence about the question's topic that never mentions its focus is about the topic,
+# not the asked detail. Words that cannot be a focus looked for in the text:
+_AUXILIARIES = frozenset(
+    # "s" and "re": "What's", "Who're" (the apostrophe is cut off with the question word)
+    """is are was were be been being do does did done has have had will would can could should shall may might
+    must s re""".split()
+)
+_DETERMINERS = frozenset(
+    """the a an each every our your my its their his her this that these those any some all both one two three four
+    five six seven eight nine ten first last""".split()
+)
+# A preposition, conjunction or relative word ends the focus phrase ("the budget *of* the project").
+_FOCUS_ENDS = frozenset(
+    """of for in on at to from with by about after before during when that which who whom whose where if so while than
+    as into over under between through since until and or but per via""".split()
+)
+# Nouns a source does not write where it answers: a light noun ("the way", "the process"), the name
+# of a value's form (a date, a number, a name: the answer is the value itself), a kind of
+# document (the answer is the document: a commit never calls itself "the change"), a pronoun.
+_LIGHT_NOUNS = frozenset(
+    """function functions class classes method methods module modules file files thing things way ways kind kinds type
+    types one ones part parts process procedure steps step approach option options setting settings""".split()
+)
+_VALUE_NOUNS = frozenset(
+    """time times date dates day days deadline year years month months hour hours minute minutes second seconds share
+    percentage percent proportion fraction number numbers amount amounts count value values version versions name names
+    size limit port price cost""".split()
+)
+_DOCUMENT_NOUNS = frozenset(
+    """pr prs pull request requests commit commits change changes fix fixes ticket tickets issue issues page pages doc
+    docs document documents thread threads channel channels writeup writeups report reports postmortem postmortems
+    review reviews discussion chat message messages email emails meeting meetings""".split()
+)
+_PRONOUNS = frozenset("i we you they he she it people someone anyone everyone folks".split())
+_NOT_FOCUS = _LIGHT_NOUNS | _VALUE_NOUNS | _DOCUMENT_NOUNS | _PRONOUNS
+_FOCUS_WH = re.compile(r"\b(who|whom|what|which|how\s+many|how\s+much)\b", re.I)
+_FOCUS_WORD = re.compile(r"[\w'’\-/.]+")
+FOCUS_WORDS = 2  # of the phrase after the question word, its head is the last of at most this many words
+
+
+def question_focus(question: str) -> str | None:
+    """The focus of a who/what/which/how-many/how-much ``question``: one word, lower-cased, or ``None``.
+
+    After "who" comes a verb ("Who *approved* the refund?") unless an auxiliary follows ("Who was the
+    release *manager*?"); otherwise the focus is the head (last word) of the phrase after the question
+    word, its auxiliaries and determiners, cut at a preposition, a conjunction or a relative word and
+    at ``FOCUS_WORDS`` words ("What was the *budget* of the project?", "How many *replicas* run?").
+    ``None`` when the question has no such phrase, or its head cannot be a focus looked for in text
+    (``_NOT_FOCUS``: "What *time* ...", "Which Slack *channel* ...", "Which *pull request* ...",
+    "Which *function* ...": the answer is a value, a document or a code object, described in other
+    words)."""
+    match = _FOCUS_WH.search(question)
+    if match is None:
+        return None
+    words = [re.sub(r"['’]s$", "", w.strip(".,?!:;'\"’").lower()) for w in _FOCUS_WORD.findall(question[match.end() :])]
+    words = [w for w in words if w]
+    if not words or words[0] in _LIGHT_NOUNS or words[0] in _DOCUMENT_NOUNS:
+        return None
+    if match.group(1).lower() in ("who", "whom") and words[0] not in _AUXILIARIES and words[0] not in _FOCUS_ENDS:
+        return words[0] if words[0] not in _NOT_FOCUS else None
+    i = 0
+    while i < len(words) and (words[i] in _AUXILIARIES or words[i] in _DETERMINERS):
+        i += 1
+    phrase: list[str] = []
+    while i < len(words) and len(phrase) < FOCUS_WORDS:
+        word = words[i]
+        if word in _FOCUS_ENDS or (phrase and word in _AUXILIARIES):
+            break
+        if word not in _DETERMINERS and word not in _AUXILIARIES:
+            phrase.append(word)
+        i += 1
+    # A head that names the answer's form ("Which Slack *channel*", "What release *date*") leaves no focus.
+    return phrase[-1] if phrase and phrase[-1] not in _NOT_FOCUS else None
+
+
+def missing_focus_note(word: str) -> str:
+    """The sentence that opens an answer whose answering passages never mention the question's focus."""
+    return (
+        f"The sources found do not mention “{word}”, which the question asks about, so they answer this only in part."
+    )

@@ -31,7 +31,11 @@ in the organization's data (a signal that fades as the data grows):
 3. **Named things the evidence lacks**: an identifier, code or quoted phrase the question names
    (``search.text.specific_terms``: ``ZEBRA-4471``, ``HTTP/3``, ``max_retry_ms``) that no relevant
    block holds: partial, the answer names it.
-4. **Expected answer type** (``search.pipeline.answer_types``): a question asking for a Slack
+4. **The question's focus** (``search.pipeline.answer_types.question_focus``: what a who/what/
+   which/how-many question asks about, "Who *approved* ...", "What was the *budget* of ...") that
+   neither the answering passages nor the titles of their blocks mention: partial, the answer names
+   it. Evidence about the topic that never says the asked detail is a near miss, not an answer.
+5. **Expected answer type** (``search.pipeline.answer_types``): a question asking for a Slack
    channel, email, link, version or count whose answering passages (the passages holding most
    of the question's weight, with their neighbours: ``passages.answering_text``) hold no value
    of that form: partial. A value elsewhere in the evidence (another ticket's version) is no
@@ -56,9 +60,9 @@ from django.db import connection
 
 from kbportal.tenancy import tenant_context
 from search.llm import llm_client, llm_configured
-from search.pipeline.answer_types import asked_answer_type
+from search.pipeline.answer_types import asked_answer_type, question_focus
 from search.pipeline.evidence import Evidence, evidence_text
-from search.pipeline.passages import ScoredEvidence, answering_passages, score_evidence
+from search.pipeline.passages import ScoredEvidence, answering_passages, is_code, lexeme_sets, score_evidence
 from search.retrieval import dense_ranking, query_terms, scope_where_sql
 from search.text import holds_term, neutralize_citations, specific_terms
 from sources.embeddings import get_embedder
@@ -101,7 +105,8 @@ class Verdict:
     """What the gate decided, and why.
 
     ``status``: ``answered``, ``partial`` (the evidence answers part: ``missing_terms`` names what
-    it lacks, ``missing_type`` the asked form of value it holds none of) or ``not_found``.
+    it lacks, ``missing_focus`` the question's focus its answering passages never mention,
+    ``missing_type`` the asked form of value it holds none of) or ``not_found``.
     ``probability`` is the model's P(answered) (``None`` without relevant evidence);
     ``decided_by``: ``"evidence"`` (the model alone), ``"evidence and llm"`` (the model let it
     through and the LLM's sufficiency judgement decided) or ``"no evidence"``. ``features`` are
@@ -111,6 +116,7 @@ class Verdict:
     status: Status
     missing_terms: tuple[str, ...] = ()
     missing_type: str = ""
+    missing_focus: str = ""
     probability: float | None = None
     decided_by: str = "evidence"
     features: dict[str, float] = field(default_factory=dict)
@@ -174,6 +180,24 @@ def missing_specific_terms(question: str, evidence: Sequence[Evidence]) -> tuple
     """The identifiers, codes and quoted phrases ``question`` names that no relevant block holds."""
     text = evidence_text(ev for ev in evidence if ev.is_relevant)
     return tuple(term for term in specific_terms(question) if not holds_term(text, term))
+
+
+def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evidence]) -> str:
+    """The question's focus (``question_focus``) when no answering passage (``answering_passages``)
+    nor the title of a block they come from holds it (as a PostgreSQL English lexeme, so "approved"
+    meets "approval"); else ``""``. Code is read in other words than its question's ("which
+    function parses ..."), so answering passages that are all code are never held to it."""
+    focus = question_focus(question)
+    chosen = answering_passages(scored)
+    if focus is None or not chosen:
+        return ""
+    by_n = {ev.n: ev for ev in evidence}
+    if all(p.code or is_code(by_n[p.n]) for p in chosen):
+        return ""
+    blocks = list(dict.fromkeys(p.n for p in chosen))
+    focus_lexemes, *titles = lexeme_sets([focus, *(by_n[n].title for n in blocks)])
+    held = set().union(*(p.lexemes for p in chosen), *titles)
+    return "" if not focus_lexemes or focus_lexemes & held else focus
 
 
 def answering_text(scored: ScoredEvidence, evidence: Sequence[Evidence]) -> str:
@@ -248,11 +272,12 @@ def judge(question: str, evidence: list[Evidence], scope: QueryScope) -> Verdict
         # Either saying no declines: the model's "no" stands, and the LLM's "no" overrules its "yes".
         answerable, decided_by = judged != NOT_FOUND, "evidence and llm"
     missing_terms = missing_specific_terms(question, evidence)
+    focus = missing_focus(question, scored, evidence) if answerable else ""
     asked = asked_answer_type(question)
     held = asked is None or asked.held_by(answering_text(scored, evidence))
     if not answerable:
         status: Status = NOT_FOUND
-    elif missing_terms or not held:
+    elif missing_terms or focus or not held:
         status = PARTIAL
     else:
         status = ANSWERED
@@ -260,6 +285,7 @@ def judge(question: str, evidence: list[Evidence], scope: QueryScope) -> Verdict
         status=status,
         missing_terms=missing_terms,
         missing_type="" if held or asked is None else asked.label,
+        missing_focus=focus,
         probability=round(probability, 3),
         decided_by=decided_by,
         features={k: round(v, 3) for k, v in features.items()},

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from search.llm import llm_client, llm_configured
-from search.pipeline.answer_types import missing_type_note
+from search.pipeline.answer_types import missing_focus_note, missing_type_note
 from search.pipeline.evidence import CONTIGUOUS_KINDS, Evidence, query_passage
 from search.pipeline.gate import NO_EVIDENCE_NOTE, NOT_FOUND_NOTE, Verdict, missing_terms_note
 from search.pipeline.passages import Passage, is_code
@@ -227,9 +227,10 @@ def decline_text(evidence: Sequence[Evidence], *, no_evidence: bool = False, not
 
 
 def gate_notes(verdict: Verdict) -> list[str]:
-    """The sentences opening a partial answer: the named things the evidence lacks, and the asked
-    form of value it holds none of."""
+    """The sentences opening a partial answer: the named things the evidence lacks, the question's
+    focus its answering passages never mention, and the asked form of value it holds none of."""
     notes = [missing_terms_note(verdict.missing_terms)] if verdict.missing_terms else []
+    notes += [missing_focus_note(verdict.missing_focus)] if verdict.missing_focus else []
     return notes + ([missing_type_note(verdict.missing_type)] if verdict.missing_type else [])
 
 
@@ -541,7 +542,8 @@ def synthesize_stream(question: str, evidence: list[Evidence], *, verdict: Verdi
     if opening:
         yield opening
     try:
-        for token in llm_answer_stream(question, evidence, missing=verdict.missing_terms):
+        missing = (*verdict.missing_terms, *([verdict.missing_focus] if verdict.missing_focus else []))
+        for token in llm_answer_stream(question, evidence, missing=missing):
             delta = citations.feed(token)
             if delta:
                 yield delta

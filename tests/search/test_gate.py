@@ -7,7 +7,9 @@ import pytest
 from search.pipeline.answer_types import (
     ANSWER_TYPES,
     asked_answer_type,
+    missing_focus_note,
     missing_type_note,
+    question_focus,
     unstated_type_note,
 )
 from search.pipeline.evidence import Evidence
@@ -18,8 +20,10 @@ from search.pipeline.gate import (
     answerability_features,
     answered_probability,
     judge,
+    missing_focus,
     missing_specific_terms,
     missing_terms_note,
+    score_question_evidence,
     text_declines,
 )
 from search.pipeline.passages import ScoredEvidence, block_passages, question_weights
@@ -382,3 +386,62 @@ def test_a_slow_sufficiency_judgement_is_abandoned_for_the_model(kb, settings):
         verdict = judge("How do I deploy the billing service?", evidence, scope_for_user(kb.acme.admin))
     assert time.perf_counter() - t0 < 1.4
     assert verdict.decided_by == "evidence" and verdict.status == ANSWERED
+
+
+@pytest.mark.parametrize(
+    ("question", "focus"),
+    [
+        ("Who signed the lease for the Berlin office?", "signed"),  # who + verb: the verb
+        ("Who was the release manager for 4.2?", "manager"),  # who + auxiliary: the noun phrase's head
+        ("What was the budget of the migration project?", "budget"),  # cut at "of"
+        ("How many replicas does staging run?", "replicas"),
+        ("How much memory does the cache use?", "memory"),
+        ("How much did each monitor cost?", None),  # "cost" names the answer's form
+        ("What's the retention period, and who set it?", "period"),
+        ("What time does the standup start?", None),  # the answer is a value, not the word "time"
+        ("Which pull request added caching?", None),  # the answer is a document
+        ("Which function parses dates?", None),  # the answer is code
+        ("Who's on call?", None),
+        ("Which Slack channel discussed the outage?", None),  # the head names the answer's form
+        ("How do I deploy the billing service?", None),  # not a who/what/which/how-many question
+    ],
+)
+def test_question_focus_names_what_the_question_asks_about(question, focus):
+    assert question_focus(question) == focus
+
+
+@pytest.mark.django_db
+def test_evidence_about_the_topic_that_never_mentions_the_focus_is_a_partial_answer(kb):
+    """A near miss: the evidence is about the question's topic (the billing deploy) but never says
+    the asked detail (who approves it). The verdict is partial, naming the focus; evidence that
+    states it is an answer."""
+    scope = scope_for_user(kb.acme.admin)
+    question = "Who approves a deploy of the billing service?"
+    topic = _block(1, "Runbook > Deploying the billing service",
+                   "To deploy the billing service run make release from the ops repository. "
+                   "A deploy of the billing service takes about ten minutes.",
+                   lexical_rank=1, dense_rank=1, similarity=0.75)  # fmt: skip
+    verdict = judge(question, [topic], scope)
+    assert verdict.missing_focus == "approves" and verdict.status == PARTIAL, verdict
+    answer = extractive_answer(question, [topic], verdict=verdict)
+    assert answer.text.startswith(missing_focus_note("approves")) and text_declines(answer.text)
+
+    approval = " Every deploy of the billing service is approved by the payments lead."
+    stated = _block(1, topic.title, topic.text + approval, lexical_rank=1, dense_rank=1, similarity=0.75)
+    verdict = judge(question, [stated], scope)
+    assert verdict.missing_focus == "" and verdict.status == ANSWERED, verdict
+
+
+@pytest.mark.django_db
+def test_the_focus_is_looked_for_in_block_titles_but_never_held_against_code(kb):
+    scope = scope_for_user(kb.acme.admin)
+    titled = _block(1, "Approval of billing deploys", "Billing deploys need the payments lead before release.",
+                    lexical_rank=1, dense_rank=1, similarity=0.7)  # fmt: skip
+    scored = score_question_evidence("Who approves billing deploys?", [titled], scope)
+    assert missing_focus("Who approves billing deploys?", scored, [titled]) == ""
+    code = _block(1, "billing/retry.py: compute_backoff", "def compute_backoff(attempt):\n    return 2 ** attempt",
+                  kind="code_chunk", lexical_rank=1, dense_rank=1, similarity=0.7)  # fmt: skip
+    question = "What multiplier does the billing backoff use?"
+    scored = score_question_evidence(question, [code], scope)
+    assert question_focus(question) == "multiplier"
+    assert missing_focus(question, scored, [code]) == ""
