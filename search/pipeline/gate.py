@@ -29,8 +29,8 @@ in the organization's data (a signal that fades as the data grows):
    to 11 of 15 unanswerable and 0 of 15 answerable ones, the model to 13 and 0, the two together
    to 14 and 0.
 3. **Named things the evidence lacks**: an identifier, code or quoted phrase the question names
-   (``search.text.specific_terms``: ``ZEBRA-4471``, ``HTTP/3``, ``max_retry_ms``) that no relevant
-   block holds: partial, the answer names it.
+   (:func:`named_terms`: ``ZEBRA-4471``, ``HTTP/3``, ``max_retry_ms``) that no relevant block
+   holds: partial, the answer names it.
 4. **The question's focus** (``search.pipeline.answer_types.question_focus``: what a who/what/
    which/how-many question asks about, "Who *approved* ...", "What was the *budget* of ...") that
    neither the answering passages nor the titles of their blocks mention: partial, the answer names
@@ -64,7 +64,7 @@ from search.pipeline.answer_types import asked_answer_type, question_focus
 from search.pipeline.evidence import Evidence, evidence_text
 from search.pipeline.passages import ScoredEvidence, answering_passages, is_code, lexeme_sets, score_evidence
 from search.retrieval import dense_ranking, query_terms, scope_where_sql
-from search.text import holds_term, neutralize_citations, specific_terms
+from search.text import QUOTED, holds_term, neutralize_citations, specific_terms
 from sources.embeddings import get_embedder
 from sources.selectors import QueryScope
 
@@ -176,10 +176,27 @@ def answered_probability(features: dict[str, float]) -> float:
     return 1.0 / (1.0 + math.exp(-z))
 
 
+_CODE_EXPRESSION = re.compile(r"[()=;:]")  # a call, an assignment, a header line: code, not one name
+
+
+def named_terms(question: str) -> list[str]:
+    """The identifiers, codes and quoted phrases ``question`` names, as the evidence must hold them:
+    ``search.text.specific_terms`` without words in capitals (``PR``, ``POST``, ``API`` are plain
+    words of the trade: a commit writes ``#15030``, not "PR"), and a quoted code expression
+    (`` `f(x, retry=False)` ``, `` `Accept: text/html` ``) by the identifiers it names: sources write
+    the call with other arguments. A quoted phrase in words stays whole (an error message)."""
+    terms: list[str] = []
+    for match in QUOTED.finditer(question):
+        span = next(g for g in match.groups() if g is not None).strip()
+        terms += specific_terms(QUOTED.sub(" ", span), acronyms=False) if _CODE_EXPRESSION.search(span) else [span]
+    terms += specific_terms(QUOTED.sub(" ", question), acronyms=False)
+    return list(dict.fromkeys(t for t in terms if t))
+
+
 def missing_specific_terms(question: str, evidence: Sequence[Evidence]) -> tuple[str, ...]:
-    """The identifiers, codes and quoted phrases ``question`` names that no relevant block holds."""
+    """The names ``question`` gives (:func:`named_terms`) that no relevant block holds."""
     text = evidence_text(ev for ev in evidence if ev.is_relevant)
-    return tuple(term for term in specific_terms(question) if not holds_term(text, term))
+    return tuple(term for term in named_terms(question) if not holds_term(text, term))
 
 
 def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evidence]) -> str:

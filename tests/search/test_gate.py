@@ -23,6 +23,7 @@ from search.pipeline.gate import (
     missing_focus,
     missing_specific_terms,
     missing_terms_note,
+    named_terms,
     score_question_evidence,
     text_declines,
 )
@@ -143,6 +144,20 @@ def test_a_named_identifier_the_evidence_lacks_makes_the_answer_partial_or_not_f
     assert not result.answer.answered
     if result.verdict.status == PARTIAL:
         assert result.answer.text.startswith("The sources found do not mention “CO2e”, “kv_crc”")
+
+
+@pytest.mark.parametrize(
+    ("question", "names"),
+    [
+        ("What is ZEBRA-4471, and does it need HTTP/3?", ["ZEBRA-4471", "HTTP/3"]),
+        ("Which PR changed how POST bodies are read?", []),  # words in capitals are words of the trade
+        ('Why does the kiosk show "Card read error"?', ["Card read error"]),  # a quoted message stays whole
+        ('With `make_client(base_url="x", retry_ms=5)`, what happens?', ["make_client", "retry_ms"]),
+        ("If a proxy sends `Accept: text/html;q=0`, what then?", []),  # a header line names no identifier
+    ],
+)
+def test_named_terms_are_what_the_evidence_must_hold_as_written(question, names):
+    assert named_terms(question) == names
 
 
 def test_missing_specific_terms_read_only_relevant_blocks():
