@@ -152,7 +152,7 @@ def test_a_named_identifier_the_evidence_lacks_makes_the_answer_partial_or_not_f
         ("What is ZEBRA-4471, and does it need HTTP/3?", ["ZEBRA-4471", "HTTP/3"]),
         ("Which PR changed how POST bodies are read?", []),  # words in capitals are words of the trade
         ('Why does the kiosk show "Card read error"?', ["Card read error"]),  # a quoted message stays whole
-        ('With `make_client(base_url="x", retry_ms=5)`, what happens?', ["make_client", "retry_ms"]),
+        ('With `make_client(base_url="x", retry_ms=5)`, what happens?', ["make_client", "base_url", "retry_ms"]),
         ("If a proxy sends `Accept: text/html;q=0`, what then?", []),  # a header line names no identifier
     ],
 )
