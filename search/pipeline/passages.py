@@ -30,6 +30,7 @@ PASSAGE_MAX_CHARS = 360
 BLOCKS_READ = 5  # relevant evidence blocks whose passages are scored (retrieval order)
 EMBEDDED_PER_BLOCK = 2  # of each block's passages, the best-covered ones are embedded
 CODE_KINDS = frozenset({"code_chunk", "code_file"})
+AUTHORED_TITLE_KINDS = frozenset({"commit", "pr"})  # whose title is the message's subject line
 # Files in a repository written as prose: read as sentences, not as lines of code.
 PROSE_LANGUAGES = frozenset({"markdown", "rst", "text", "asciidoc"})
 
@@ -134,12 +135,16 @@ def block_passages(ev: Evidence) -> list[Passage]:
     """``ev``'s text cut into passages: prose into sentences (short ones joined up to
     ``PASSAGE_MAX_CHARS``), fenced code and code blocks into runs of lines, headings kept apart
     and marked. Citations written in the prose become ``(n)`` (code is left as written: it is
-    only ever quoted inside a fenced block, where no ``[n]`` is a citation); markup is dropped."""
+    only ever quoted inside a fenced block, where no ``[n]`` is a citation); markup is dropped.
+    The title of a commit or pull request is its author's first sentence, not a heading: it is
+    the block's first passage (a commit's text may be no more than the files it changed)."""
     text = ev.text or ""
     if is_code(ev):  # code is quoted as code: its "[1]" is a list, not a citation
         return _code_passages(ev.n, text, 0)
     prose = _transcript_passages if ev.kind in TRANSCRIPT_KINDS else _prose_passages
     out: list[Passage] = []
+    if ev.kind in AUTHORED_TITLE_KINDS and ev.title.strip():
+        out.extend(_prose_passages(ev.n, neutralize_citations(" ".join(ev.title.split())), 0))
     pos = 0
     for match in _FENCE.finditer(text):
         out.extend(prose(ev.n, neutralize_citations(text[pos : match.start()]), len(out)))

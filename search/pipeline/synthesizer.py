@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from search.llm import llm_client, llm_configured
 from search.pipeline.answer_types import missing_focus_note, missing_type_note
 from search.pipeline.evidence import CONTIGUOUS_KINDS, Evidence, query_passage
-from search.pipeline.gate import NO_EVIDENCE_NOTE, NOT_FOUND_NOTE, Verdict, missing_terms_note
+from search.pipeline.gate import NO_EVIDENCE_NOTE, NOT_FOUND_NOTE, Verdict, missing_terms_note, named_terms
 from search.pipeline.passages import Passage, is_code
-from search.text import CITATION, CITATION_PREFIX, holds_term, neutralize_citations, specific_terms
+from search.text import CITATION, CITATION_PREFIX, holds_term, neutralize_citations
 from sources.connectors.slack_messages import TRANSCRIPT_KINDS
 
 logger = logging.getLogger(__name__)
@@ -270,17 +270,17 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
     ``EXTRACTIVE_PASSAGES - 1`` more scoring at least ``EXTRACTIVE_RELATIVE_SCORE`` of it, from
     at most ``EXTRACTIVE_BLOCKS`` blocks and ``PER_BLOCK`` per block; in evidence order, then text
     order. Never a heading, a table row, a fragment, a sentence introducing code that is not
-    shown, or a sentence already quoted from another block. When the question names identifiers and
-    some block holds one, only such blocks are quoted (a citation never points at a block lacking
-    what was asked). In a chat transcript the message after a quoted one (its reply) is quoted
-    too when it holds any of the question's terms."""
+    shown, or a sentence already quoted from another block. When the question names identifiers
+    (``search.pipeline.gate.named_terms``) and some block holds one, only such blocks are quoted
+    (a citation never points at a block lacking what was asked). In a chat transcript the message
+    after a quoted one (its reply) is quoted too when it holds any of the question's terms."""
     scored = verdict.scored
     candidates = scored.passages if scored else []
     # Whole sentences when there are any; else the excerpt's cut ones (quoted with "…").
     passages = [p for p in candidates if _quotable(p)] or [p for p in candidates if _quotable(p, whole_only=False)]
     # A sentence introducing code the evidence does not show ("... like this:") cannot be quoted.
     passages = [p for p in passages if p.code or not introduces(p.text) or _following_code(p, candidates)]
-    named = specific_terms(question)
+    named = named_terms(question)
     by_n = {ev.n: ev for ev in evidence}
     if named:
         holding = {n for n, ev in by_n.items() if any(holds_term(f"{ev.title}\n{ev.text}", t) for t in named)}

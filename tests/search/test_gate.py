@@ -460,3 +460,36 @@ def test_the_focus_is_looked_for_in_block_titles_but_never_held_against_code(kb)
     scored = score_question_evidence(question, [code], scope)
     assert question_focus(question) == "multiplier"
     assert missing_focus(question, scored, [code]) == ""
+
+
+@pytest.mark.django_db
+def test_a_commits_subject_line_answers_which_commit_made_a_change(kb):
+    """A commit's text may be only the files it changed; its subject line is what its author said it
+    does, so the extractive answer quotes it (a document's heading never stands in for an answer)."""
+    scope = scope_for_user(kb.acme.admin)
+    question = "Which commit added retries to the billing webhook client?"
+    commit = _block(1, "Add retries with exponential backoff to the billing webhook client (#512)",
+                    "Files changed: billing/webhook.py tests/test_webhook.py", kind="commit",
+                    lexical_rank=1, dense_rank=1, similarity=0.7)  # fmt: skip
+    assert [p.text for p in block_passages(commit)][0] == commit.title
+    verdict = judge(question, [commit], scope)
+    answer = extractive_answer(question, [commit], verdict=verdict)
+    assert answer.answers and "billing webhook client" in answer.text and "[1]" in answer.text, answer.text
+    page = _block(1, "Webhooks > Retries", "The client retries a failed webhook three times.")
+    assert page.title not in [p.text for p in block_passages(page)]
+
+
+@pytest.mark.django_db
+def test_a_word_in_capitals_in_the_question_does_not_narrow_what_the_answer_quotes(kb):
+    """Only blocks holding an identifier the question names are quoted; "DB" is a word, not one, so
+    the block that answers is quoted though another block's file list holds "db"."""
+    scope = scope_for_user(kb.acme.admin)
+    question = "How do I close the DB session of the billing service after the response is sent?"
+    answer_block = _block(1, "Billing service > Sessions",
+                          "The billing service closes its database session in the dependency's exit code, "
+                          "after the response is sent.", lexical_rank=1, dense_rank=1, similarity=0.8)  # fmt: skip
+    listing = _block(2, "Bump the driver", "Files changed: billing/db.py", kind="commit",
+                     lexical_rank=2, dense_rank=2, similarity=0.4)  # fmt: skip
+    verdict = judge(question, [answer_block, listing], scope)
+    answer = extractive_answer(question, [answer_block, listing], verdict=verdict)
+    assert answer.answers and "[1]" in answer.text and "[2]" not in answer.text, answer.text
