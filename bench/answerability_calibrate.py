@@ -39,7 +39,10 @@ DEFAULT_SETS = [
     f"erb-dev=eval-erb/erb:{ROOT / 'bench/answerability/erb_dev.jsonl'}",
 ]
 # Never fitted on (the test sets: measured once the rules were fixed): fastapi_heldout.jsonl,
-# fastapi_test.jsonl, erb_test.jsonl, demo_dev.jsonl. Pass them with --set to see the model decide them.
+# fastapi_test.jsonl, erb_test.jsonl, demo_dev.jsonl; and the unseen sets, written by reviewers who
+# read only the corpora (never this code nor the other sets): *_unseen_dev.jsonl (the focus rule was
+# developed looking at these) and *_unseen_test.jsonl (measured only). Pass them with --set to see
+# the model decide them.
 FEATURES = tuple(os.environ.get("KB_CALIBRATE_FEATURES", "coverage,similarity,missing,agreement,margin").split(","))
 SKIPPED_TYPES = {"high_level"}
 
