@@ -224,39 +224,64 @@ _FOCUS_WORD = re.compile(r"[\w'’\-/.]+")
 FOCUS_WORDS = 2  # of the phrase after the question word, its head is the last of at most this many words
 
 
+_MODALS = frozenset("can could will would should shall may might must".split())
+_DO_SUPPORT = frozenset("do does did".split())
+_FORMAT_CHARACTERS = re.compile(r"[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")  # invisible
+_WORD_SHAPE = re.compile(r"[^\W\d_][\w'’-]{1,39}")  # a word: a letter first, 2 to 40 characters
+
+
 def question_focus(question: str) -> str | None:
     """The focus of a who/what/which/how-many/how-much ``question``: one word, lower-cased, or ``None``.
 
-    After "who" comes a verb ("Who *approved* the refund?") unless an auxiliary follows ("Who was the
-    release *manager*?"); otherwise the focus is the head (last word) of the phrase after the question
-    word, its auxiliaries and determiners, cut at a preposition, a conjunction or a relative word and
-    at ``FOCUS_WORDS`` words ("What was the *budget* of the project?", "How many *replicas* run?").
-    ``None`` when the question has no such phrase, or its head cannot be a focus looked for in text
-    (``_NOT_FOCUS``: "What *time* ...", "Which Slack *channel* ...", "Which *pull request* ...",
-    "Which *function* ...": the answer is a value, a document or a code object, described in other
-    words)."""
-    match = _FOCUS_WH.search(question)
+    After "who" (or "who" and a modal: "Who can *approve* ...") comes a verb ("Who *approved* the
+    refund?") unless an auxiliary follows ("Who was the release *manager*?"); otherwise the focus is
+    the head (last word) of the phrase after the question word, its auxiliaries and determiners, cut
+    at a preposition, a conjunction or a relative word and at ``FOCUS_WORDS`` words ("What was the
+    *budget* of the project?", "How many *replicas* does staging run?"). Quoted spans are no part
+    of it (a quoted value is looked for as written, ``search.pipeline.gate.named_terms``).
+    ``None`` when the question has no such phrase; when "do" follows the question word ("What does
+    X return?": the phrase is a subject and its verb, the asked thing unnamed) or a verb does ("What
+    caused the outage?"); or when its head
+    cannot be a focus looked for in text (``_NOT_FOCUS``: "What *time* ...", "Which Slack
+    *channel* ...", "Which *pull request* ...", "Which *function* ...": the answer is a value, a
+    document or a code object, described in other words)."""
+    from search.text import QUOTED
+
+    text = QUOTED.sub(" , ", _FORMAT_CHARACTERS.sub("", question))  # a quoted span ends the phrase
+    match = _FOCUS_WH.search(text)
     if match is None:
         return None
-    words = [re.sub(r"['’]s$", "", w.strip(".,?!:;'\"’").lower()) for w in _FOCUS_WORD.findall(question[match.end() :])]
-    words = [w for w in words if w]
-    if not words or words[0] in _LIGHT_NOUNS or words[0] in _DOCUMENT_NOUNS:
+    words = [re.sub(r"['’]s$", "", w.strip(".,?!:;'\"’").lower()) for w in _FOCUS_WORD.findall(text[match.end() :])]
+    words = [w if _WORD_SHAPE.fullmatch(w) or w in ("s", "re") else "," for w in words if w]
+    if not words or words[0] in _LIGHT_NOUNS or words[0] in _DOCUMENT_NOUNS or words[0] in _DO_SUPPORT:
         return None
-    if match.group(1).lower() in ("who", "whom") and words[0] not in _AUXILIARIES and words[0] not in _FOCUS_ENDS:
-        return words[0] if words[0] not in _NOT_FOCUS else None
+    if match.group(1).lower() in ("who", "whom"):
+        rest = words[1:] if words[0] in _MODALS or words[0] == "else" else words
+        if rest and rest[0] not in _AUXILIARIES and rest[0] not in _FOCUS_ENDS and rest[0] != ",":
+            return rest[0] if rest[0] not in _NOT_FOCUS else None
+    if words[0] not in _AUXILIARIES and words[0] not in _DETERMINERS and words[1:2] and words[1] in _DETERMINERS:
+        return None  # "What *caused* the outage?": "what" is the subject of a verb, the asked thing unnamed
     i = 0
     while i < len(words) and (words[i] in _AUXILIARIES or words[i] in _DETERMINERS):
         i += 1
     phrase: list[str] = []
     while i < len(words) and len(phrase) < FOCUS_WORDS:
         word = words[i]
-        if word in _FOCUS_ENDS or (phrase and word in _AUXILIARIES):
+        if word in _FOCUS_ENDS or word == "," or (phrase and word in _AUXILIARIES):
             break
         if word not in _DETERMINERS and word not in _AUXILIARIES:
             phrase.append(word)
         i += 1
     # A head that names the answer's form ("Which Slack *channel*", "What release *date*") leaves no focus.
     return phrase[-1] if phrase and phrase[-1] not in _NOT_FOCUS else None
+
+
+def asks_for_document(question: str) -> bool:
+    """Whether ``question`` asks which document did something ("Which pull request added ...",
+    "What recent change fixed ..."): a document noun (``_DOCUMENT_NOUNS``) in the two words after
+    "which" or "what"."""
+    match = re.search(r"\b(?:which|what)\s+((?:[\w-]+\s+){0,1}[\w-]+)", question, re.I)
+    return bool(match) and any(w.lower() in _DOCUMENT_NOUNS for w in match.group(1).split())
 
 
 def missing_focus_note(word: str) -> str:

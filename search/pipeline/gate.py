@@ -177,20 +177,32 @@ def answered_probability(features: dict[str, float]) -> float:
 
 
 _CODE_EXPRESSION = re.compile(r"[()=;:]")  # a call, an assignment, a header line: code, not one name
+_CODE_NAME = re.compile(r"[^\W\d]\w+")  # an identifier of two characters or more
+_CODE_LITERALS = frozenset({"True", "False", "None", "true", "false", "null", "nil", "and", "or", "not", "in", "is"})
+# Words in capitals every technical text uses as plain words (methods, formats, units, roles): the
+# evidence answers without writing them ("Which PR ..." is answered by a commit, "#15030").
+COMMON_ACRONYMS = frozenset(
+    """PR PRS API APIS URL URLS URI HTTP HTTPS JSON XML YAML CSV HTML CSS JS SQL DB ID IDS UI UX CLI SDK OS CPU GPU RAM
+    GET POST PUT PATCH DELETE HEAD OPTIONS OK FAQ TODO FYI ETA EOD ASAP KB MB GB TB MS UTC PM AM QA CI CD""".split()
+)
 
 
 def named_terms(question: str) -> list[str]:
-    """The identifiers, codes and quoted phrases ``question`` names, as the evidence must hold them:
-    ``search.text.specific_terms`` without words in capitals (``PR``, ``POST``, ``API`` are plain
-    words of the trade: a commit writes ``#15030``, not "PR"), and a quoted code expression
-    (`` `f(x, retry=False)` ``, `` `Accept: text/html` ``) by the identifiers it names: sources write
-    the call with other arguments. A quoted phrase in words stays whole (an error message)."""
+    """The identifiers, codes and quoted phrases ``question`` names, as the evidence must hold them
+    (``search.text.specific_terms``), except ``COMMON_ACRONYMS`` (plain words of the trade); a
+    quoted code expression (`` `f(x, retry=False)` ``, `` `Accept: text/html` ``) is looked for by
+    each name it holds (``f``, ``retry``; ``Accept``, ``text``, ``html``), not verbatim: sources
+    write the call with other arguments. A quoted phrase in words stays whole (an error message),
+    without the punctuation around it."""
     terms: list[str] = []
     for match in QUOTED.finditer(question):
         span = next(g for g in match.groups() if g is not None).strip()
-        terms += specific_terms(QUOTED.sub(" ", span), acronyms=False) if _CODE_EXPRESSION.search(span) else [span]
-    terms += specific_terms(QUOTED.sub(" ", question), acronyms=False)
-    return list(dict.fromkeys(t for t in terms if t))
+        if _CODE_EXPRESSION.search(span):
+            terms += [name for name in _CODE_NAME.findall(span) if name not in _CODE_LITERALS]
+        else:
+            terms.append(span.strip(" .,;:!?()[]{}'\""))
+    terms += specific_terms(QUOTED.sub(" ", question))
+    return list(dict.fromkeys(t for t in terms if t and t.upper() not in COMMON_ACRONYMS))
 
 
 def missing_specific_terms(question: str, evidence: Sequence[Evidence]) -> tuple[str, ...]:

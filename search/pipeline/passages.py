@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from django.db import connection
 
+from search.pipeline.answer_types import asks_for_document
 from search.pipeline.evidence import PASSAGE_GAP, Evidence
 from search.text import neutralize_citations
 from sources.connectors.slack_messages import TRANSCRIPT_KINDS, TRANSCRIPT_STAMP
@@ -131,19 +132,20 @@ def is_code(ev: Evidence) -> bool:
     return ev.kind in CODE_KINDS and str(ev.metadata.get("language") or "") not in PROSE_LANGUAGES
 
 
-def block_passages(ev: Evidence) -> list[Passage]:
+def block_passages(ev: Evidence, *, subject_line: bool = False) -> list[Passage]:
     """``ev``'s text cut into passages: prose into sentences (short ones joined up to
     ``PASSAGE_MAX_CHARS``), fenced code and code blocks into runs of lines, headings kept apart
     and marked. Citations written in the prose become ``(n)`` (code is left as written: it is
     only ever quoted inside a fenced block, where no ``[n]`` is a citation); markup is dropped.
-    The title of a commit or pull request is its author's first sentence, not a heading: it is
-    the block's first passage (a commit's text may be no more than the files it changed)."""
+    With ``subject_line``, the title of a commit or pull request, its author's first sentence and
+    not a heading, is the block's first passage (a commit's text may be no more than the files it
+    changed): for a question asking which commit or pull request did something, it is the answer."""
     text = ev.text or ""
     if is_code(ev):  # code is quoted as code: its "[1]" is a list, not a citation
         return _code_passages(ev.n, text, 0)
     prose = _transcript_passages if ev.kind in TRANSCRIPT_KINDS else _prose_passages
     out: list[Passage] = []
-    if ev.kind in AUTHORED_TITLE_KINDS and ev.title.strip():
+    if subject_line and ev.kind in AUTHORED_TITLE_KINDS and ev.title.strip():
         out.extend(_prose_passages(ev.n, neutralize_citations(" ".join(ev.title.split())), 0))
     pos = 0
     for match in _FENCE.finditer(text):
@@ -333,7 +335,8 @@ def score_evidence(
     (a transformer's cost grows with the tokens it reads: this is the gate's largest cost).
     """
     blocks = [ev for ev in evidence if ev.is_relevant][:BLOCKS_READ]
-    per_block = [block_passages(ev) for ev in blocks]
+    subject_lines = asks_for_document(question)
+    per_block = [block_passages(ev, subject_line=subject_lines) for ev in blocks]
     passages = [p for ps in per_block for p in ps]
     block_texts = [f"{ev.title}\n{ev.text}\n{ev.context}" for ev in blocks]
     lexemes = lexeme_sets([question, *block_texts, *[ev.title for ev in blocks], *[p.text for p in passages]])

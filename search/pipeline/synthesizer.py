@@ -226,11 +226,22 @@ def decline_text(evidence: Sequence[Evidence], *, no_evidence: bool = False, not
     return "\n".join([" ".join([NOT_FOUND_NOTE, *notes]), "", CLOSEST_HEADER, *closest_lines(evidence)])
 
 
+_NOTE_SPECIAL = re.compile(r"([\\`*\[\]<>#|])|(?<![^\W_])_|_(?![^\W_])")  # "_" inside a word ("kv_crc") is text
+
+
+def note_text(term: str) -> str:
+    """A word of the question quoted in a gate note, shown as written: a "[1]" of the asker's is no
+    citation, "__init__" no bold text; an identifier's inner "_" is left as it is (Markdown reads it
+    as text)."""
+    return _NOTE_SPECIAL.sub(lambda m: "\\" + m.group(0), neutralize_citations(term))
+
+
 def gate_notes(verdict: Verdict) -> list[str]:
     """The sentences opening a partial answer: the named things the evidence lacks, the question's
     focus its answering passages never mention, and the asked form of value it holds none of."""
-    notes = [missing_terms_note(verdict.missing_terms)] if verdict.missing_terms else []
-    notes += [missing_focus_note(verdict.missing_focus)] if verdict.missing_focus else []
+    terms = [note_text(term) for term in verdict.missing_terms]
+    notes = [missing_terms_note(terms)] if terms else []
+    notes += [missing_focus_note(note_text(verdict.missing_focus))] if verdict.missing_focus else []
     return notes + ([missing_type_note(verdict.missing_type)] if verdict.missing_type else [])
 
 
@@ -263,6 +274,15 @@ def _quotable(p: Passage, *, whole_only: bool = True) -> bool:
     if _LISTING.match(p.text) or _TABLE_ROW.search(p.text) or len(p.text) < MIN_STATEMENT_CHARS:
         return False
     return p.whole or not whole_only
+
+
+_REFERENCE_END = re.compile(r"\s*\((?:#|PR\s*#?)?\d+\)$", re.I)
+
+
+def said_key(text: str) -> str:
+    """What a passage says, for quoting it once: lower-cased, spaces collapsed, a trailing
+    reference ("(#16013)") dropped, so a commit's subject and the release note copying it are one."""
+    return _REFERENCE_END.sub("", " ".join(text.lower().split()))
 
 
 def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict) -> list[Passage]:
@@ -302,7 +322,7 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
             break
         if per_block.get(p.n, 0) >= PER_BLOCK or (p.n not in per_block and len(per_block) >= EXTRACTIVE_BLOCKS):
             continue
-        key = " ".join(p.text.lower().split())
+        key = said_key(p.text)
         if key in said:
             continue
         said.add(key)
@@ -313,7 +333,7 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
     for p in list(chosen):
         if by_n[p.n].kind in TRANSCRIPT_KINDS and per_block[p.n] < PER_BLOCK:
             reply = next((q for q in passages if q.n == p.n and q.order == p.order + 1 and not q.after_gap), None)
-            key = " ".join(reply.text.lower().split()) if reply is not None else ""
+            key = said_key(reply.text) if reply is not None else ""
             if reply is not None and reply not in chosen and reply.coverage > 0 and key not in said:
                 said.add(key)
                 per_block[p.n] += 1

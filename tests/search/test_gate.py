@@ -153,7 +153,10 @@ def test_a_named_identifier_the_evidence_lacks_makes_the_answer_partial_or_not_f
         ("Which PR changed how POST bodies are read?", []),  # words in capitals are words of the trade
         ('Why does the kiosk show "Card read error"?', ["Card read error"]),  # a quoted message stays whole
         ('With `make_client(base_url="x", retry_ms=5)`, what happens?', ["make_client", "base_url", "retry_ms"]),
-        ("If a proxy sends `Accept: text/html;q=0`, what then?", []),  # a header line names no identifier
+        ("If a proxy sends `Accept: text/html;q=0`, what then?", ["Accept", "text"]),  # each name, not the line
+        ('What does `Depends(use_cache=True, scope="session")` do?', ["Depends", "use_cache", "scope", "session"]),
+        ("What does the lifespan WAL mode do?", ["WAL"]),  # an acronym of its own is a name
+        ('Why do I get "Connection refused." errors?', ["Connection refused"]),
     ],
 )
 def test_named_terms_are_what_the_evidence_must_hold_as_written(question, names):
@@ -419,6 +422,12 @@ def test_a_slow_sufficiency_judgement_is_abandoned_for_the_model(kb, settings):
         ("Who's on call?", None),
         ("Which Slack channel discussed the outage?", None),  # the head names the answer's form
         ("How do I deploy the billing service?", None),  # not a who/what/which/how-many question
+        ("Who can approve a refund?", "approve"),  # who + modal + verb
+        ("Who else maintains the billing client?", "maintains"),
+        ("What does the retry flag mean?", None),  # "do": a subject and its verb, the asked thing unnamed
+        ("What caused the billing outage?", None),  # "what" is the subject of "caused"
+        ('What is the "retry budget: none" setting for?', None),  # a quoted span is no part of the focus
+        ("What is the bud\u200bget of the migration?", "budget"),  # an invisible character splits no word
     ],
 )
 def test_question_focus_names_what_the_question_asks_about(question, focus):
@@ -471,10 +480,15 @@ def test_a_commits_subject_line_answers_which_commit_made_a_change(kb):
     commit = _block(1, "Add retries with exponential backoff to the billing webhook client (#512)",
                     "Files changed: billing/webhook.py tests/test_webhook.py", kind="commit",
                     lexical_rank=1, dense_rank=1, similarity=0.7)  # fmt: skip
-    assert [p.text for p in block_passages(commit)][0] == commit.title
+    assert [p.text for p in block_passages(commit, subject_line=True)][0] == commit.title
+    assert commit.title not in [p.text for p in block_passages(commit)]
     verdict = judge(question, [commit], scope)
     answer = extractive_answer(question, [commit], verdict=verdict)
     assert answer.answers and "billing webhook client" in answer.text and "[1]" in answer.text, answer.text
+    # Asked how to do it, not which commit did it: the subject line is no answer.
+    how = "How do I add retries to the billing webhook client?"
+    answer = extractive_answer(how, [commit], verdict=judge(how, [commit], scope))
+    assert "[1]" not in answer.text, answer.text
     page = _block(1, "Webhooks > Retries", "The client retries a failed webhook three times.")
     assert page.title not in [p.text for p in block_passages(page)]
 
@@ -493,3 +507,13 @@ def test_a_word_in_capitals_in_the_question_does_not_narrow_what_the_answer_quot
     verdict = judge(question, [answer_block, listing], scope)
     answer = extractive_answer(question, [answer_block, listing], verdict=verdict)
     assert answer.answers and "[1]" in answer.text and "[2]" not in answer.text, answer.text
+
+
+def test_the_gate_notes_show_the_questions_words_as_written():
+    """A "[1]" the asker wrote is no citation in the note, "__init__" no bold text."""
+    from search.pipeline.gate import Verdict
+    from search.pipeline.synthesizer import gate_notes
+
+    notes = gate_notes(Verdict(status=PARTIAL, missing_terms=("__init__", "[1]"), missing_focus="approves"))
+    assert notes[0] == missing_terms_note(["\\_\\_init\\_\\_", "(1)"])
+    assert notes[1] == missing_focus_note("approves")
