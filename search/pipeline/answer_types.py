@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from search.text import without_citations
+from search.text import QUOTED, without_citations
 
 
 @dataclass(frozen=True)
@@ -245,8 +245,6 @@ def question_focus(question: str) -> str | None:
     cannot be a focus looked for in text (``_NOT_FOCUS``: "What *time* ...", "Which Slack
     *channel* ...", "Which *pull request* ...", "Which *function* ...": the answer is a value, a
     document or a code object, described in other words)."""
-    from search.text import QUOTED
-
     text = QUOTED.sub(" , ", _FORMAT_CHARACTERS.sub("", question))  # a quoted span ends the phrase
     match = _FOCUS_WH.search(text)
     if match is None:

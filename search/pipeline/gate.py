@@ -191,7 +191,7 @@ def named_terms(question: str) -> list[str]:
     """The identifiers, codes and quoted phrases ``question`` names, as the evidence must hold them
     (``search.text.specific_terms``), except ``COMMON_ACRONYMS`` (plain words of the trade); a
     quoted code expression (`` `f(x, retry=False)` ``, `` `Accept: text/html` ``) is looked for by
-    each name it holds (``f``, ``retry``; ``Accept``, ``text``, ``html``), not verbatim: sources
+    each name it holds (``f``, ``retry``; ``Accept``, ``text``), not verbatim: sources
     write the call with other arguments. A quoted phrase in words stays whole (an error message),
     without the punctuation around it."""
     terms: list[str] = []
