@@ -279,7 +279,9 @@ def asks_for_document(question: str) -> bool:
     "What recent change fixed ..."): a document noun (``_DOCUMENT_NOUNS``) in the two words after
     "which" or "what"."""
     match = re.search(r"\b(?:which|what)\s+((?:[\w-]+\s+){0,1}[\w-]+)", question, re.I)
-    return bool(match) and any(w.lower() in _DOCUMENT_NOUNS for w in match.group(1).split())
+    if match is None:
+        return False
+    return any(w.lower() in _DOCUMENT_NOUNS for w in match.group(1).split())
 
 
 def missing_focus_note(word: str) -> str:
