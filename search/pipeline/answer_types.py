@@ -222,8 +222,6 @@ _NOT_FOCUS = _LIGHT_NOUNS | _VALUE_NOUNS | _DOCUMENT_NOUNS | _PRONOUNS
 _FOCUS_WH = re.compile(r"\b(who|whom|what|which|how\s+many|how\s+much)\b", re.I)
 _FOCUS_WORD = re.compile(r"[\w'’\-/.]+")
 FOCUS_WORDS = 2  # of the phrase after the question word, its head is the last of at most this many words
-
-
 _MODALS = frozenset("can could will would should shall may might must".split())
 _DO_SUPPORT = frozenset("do does did".split())
 _FORMAT_CHARACTERS = re.compile(r"[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")  # invisible
@@ -241,10 +239,9 @@ def question_focus(question: str) -> str | None:
     of it (a quoted value is looked for as written, ``search.pipeline.gate.named_terms``).
     ``None`` when the question has no such phrase; when "do" follows the question word ("What does
     X return?": the phrase is a subject and its verb, the asked thing unnamed) or a verb does ("What
-    caused the outage?"); or when its head
-    cannot be a focus looked for in text (``_NOT_FOCUS``: "What *time* ...", "Which Slack
-    *channel* ...", "Which *pull request* ...", "Which *function* ...": the answer is a value, a
-    document or a code object, described in other words)."""
+    caused the outage?"); or when its head cannot be a focus looked for in text (``_NOT_FOCUS``:
+    "What *time* ...", "Which Slack *channel* ...", "Which *pull request* ...", "Which *function*
+    ...": the answer is a value, a document or a code object, described in other words)."""
     text = QUOTED.sub(" , ", _FORMAT_CHARACTERS.sub("", question))  # a quoted span ends the phrase
     match = _FOCUS_WH.search(text)
     if match is None:
