@@ -145,6 +145,12 @@ class Document(TenantOwned):
     text = models.TextField(help_text="Distilled text that is embedded.")
     search_terms = models.TextField(blank=True, default="", help_text="Identifier forms for full-text search.")
     embedding = VectorField(dimensions=settings.KB_EMBEDDING_DIM, null=True, blank=True)
+    embedding_duplicate = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="Another row of the source, readable by the same principals, holds the same embedded text: "
+        "left out of the HNSW index (sources.services.term_stats.source_refresh_embedding_duplicates).",
+    )
     metadata = models.JSONField(default=dict, blank=True)
     principals = models.JSONField(default=list, blank=True)
     content_hash = models.CharField(max_length=64)
@@ -160,12 +166,16 @@ class Document(TenantOwned):
         indexes = [
             models.Index(fields=["tenant", "source", "kind"], name="document_scope_idx"),
             models.Index(fields=["source", "path"], name="document_path_idx"),
+            # Identical vectors trap an HNSW graph search: copies link only to each other, and a
+            # search entering the group cannot leave it (pgvector#837, qdrant#10239). One copy of
+            # each text is indexed (search.retrieval.rankers.dense_ranking reads only those).
             HnswIndex(
                 name="document_embedding_hnsw",
                 fields=["embedding"],
                 m=16,
                 ef_construction=64,
                 opclasses=["vector_cosine_ops"],
+                condition=models.Q(embedding_duplicate=False),
             ),
             GinIndex(fields=["metadata"], name="document_metadata_gin"),
         ]

@@ -385,6 +385,9 @@ def dense_ranking(
     ``exclude_kinds``: row kinds left out (``hybrid_search`` ranks passages and whole documents
     as two lists, :data:`DENSE_LISTS`).
 
+    One copy of each embedded text is ranked (``Document.embedding_duplicate``: identical vectors
+    trap an HNSW search), so a text repeated in a thousand rows is one candidate, not fifty.
+
     Uses pgvector's iterative index scan (``hnsw.iterative_scan = relaxed_order``) so the
     tenant/source filters do not starve the result list, then re-sorts exactly. With
     ``symbol_kinds`` (e.g. ``["class"]``) only code rows defining such a symbol are ranked.
@@ -404,7 +407,7 @@ def dense_ranking(
             f"""
             SELECT d.id, 1 - (d.embedding <=> %(vec)s::vector) AS similarity
             FROM sources_document d
-            WHERE d.embedding IS NOT NULL AND {where}
+            WHERE d.embedding IS NOT NULL AND NOT d.embedding_duplicate AND {where}
             ORDER BY d.embedding <=> %(vec)s::vector
             LIMIT %(limit)s
             """,

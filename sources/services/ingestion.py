@@ -23,7 +23,12 @@ from sources.embeddings import Embedder, get_embedder
 from sources.models import DataSource, Document, IngestionRun
 from sources.scheduling import run_claim, run_refuse, source_health_record, source_run_lock
 from sources.services.catalog import source_label
-from sources.services.term_stats import indexed_rows_adjust, source_refresh_term_stats, term_stats_adjust
+from sources.services.term_stats import (
+    indexed_rows_adjust,
+    source_refresh_embedding_duplicates,
+    source_refresh_term_stats,
+    term_stats_adjust,
+)
 from sources.text import identifier_terms
 
 logger = logging.getLogger(__name__)
@@ -354,6 +359,7 @@ def _source_ingest(
             run.deleted = 0 if partial else _delete_unseen(source_id, batcher.seen_ids)
             DataSource.objects.filter(pk=source_id).update(generation=generation, last_synced_at=timezone.now())
             source_refresh_term_stats(source_id)
+            source_refresh_embedding_duplicates(source_id)
         if report.skipped:
             status = IngestionRun.Status.PARTIAL
     except ConnectorError as exc:
@@ -402,9 +408,14 @@ def source_rows_upsert(*, tenant_id: int, source_id: int, rows: Iterable[Documen
         maintain_term_stats=True,
     )
     rows = list(rows)
+    external_ids = [row.external_id for row in rows]
+    with tenant_context(tenant_id):
+        before = _text_hashes(source_id, external_ids)
     for row in rows:
         batcher.add(row, report)
     batcher.flush()
+    with tenant_context(tenant_id):
+        source_refresh_embedding_duplicates(source_id, before | _text_hashes(source_id, external_ids))
     if any(row.parent_external_id for row in rows):
         with tenant_context(tenant_id):
             _link_parents(source_id)
@@ -428,8 +439,20 @@ def source_rows_delete(*, tenant_id: int, source_id: int, external_ids: Iterable
         )
         if not ids:
             return 0
+        hashes = _text_hashes(source_id, external_ids)
         term_stats_adjust(tenant_id, source_id, ids, -1)
         Document.objects.filter(source_id=source_id, parent_id__in=ids).update(parent_id=None)
         deleted, _ = Document.objects.filter(pk__in=ids).delete()
         indexed_rows_adjust(source_id, -len(ids))
+        source_refresh_embedding_duplicates(source_id, hashes)  # a copy of a deleted text takes its place
     return len(ids)
+
+
+def _text_hashes(source_id: int, external_ids: list[str]) -> set[str]:
+    """``md5`` hex of the texts these rows of the source hold now (in the caller's tenant context)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT md5(text) FROM sources_document WHERE source_id = %s AND external_id = ANY(%s)",
+            [source_id, external_ids],
+        )
+        return {row[0] for row in cursor.fetchall()}

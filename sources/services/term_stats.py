@@ -3,6 +3,7 @@ count, champion lists for very common lexemes, and their adjustment row by row b
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from django.db import connection
@@ -42,6 +43,37 @@ def source_refresh_term_stats(source_id: int) -> int:
         cursor.execute("ANALYZE sources_termstat")
     source_refresh_champions(source_id)
     return int(row[0]) if row else 0
+
+
+def source_refresh_embedding_duplicates(source_id: int, text_hashes: Collection[str] | None = None) -> int:
+    """Mark every embedded row of the source whose text (and so vector) an earlier row of the
+    source, with the same principals, already holds: ``Document.embedding_duplicate``, left out of
+    the HNSW index. ``text_hashes`` (``md5`` hex of row texts) limits the pass to the rows with
+    those texts (a partial update's rows, before and after it); ``None`` reads every row of the
+    source (after a run). Returns how many rows changed mark. Runs inside the caller's tenant
+    context.
+
+    Identical vectors trap an HNSW graph search: the heuristic that prunes a node's links keeps
+    every copy (each is as close to the others as to the node), so copies link only to each
+    other and a search that enters the group cannot leave it (pgvector#837; qdrant#10239). The
+    remedy the FAISS FAQ gives is one copy per vector in the index. Grouping by principals too
+    keeps a restricted row from standing for a readable one."""
+    only = "" if text_hashes is None else "AND md5(text) = ANY(%(hashes)s)"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE sources_document d SET embedding_duplicate = g.duplicate
+            FROM (
+                SELECT id, embedding IS NOT NULL AND row_number() OVER (
+                    PARTITION BY embedding IS NOT NULL, kind, md5(text), principals ORDER BY id
+                ) > 1 AS duplicate
+                FROM sources_document WHERE source_id = %(source)s {only}
+            ) g
+            WHERE d.id = g.id AND d.embedding_duplicate <> g.duplicate
+            """,
+            {"source": int(source_id), "hashes": list(text_hashes or [])},
+        )
+        return cursor.rowcount
 
 
 CHAMPION_MIN_DF = 5000  # a lexeme in more of one source's rows than this gets a champion list (retrieval's MAX_TERM_DF)
