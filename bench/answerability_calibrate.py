@@ -11,7 +11,10 @@ whole gate (with the named-term and answer-type rules).
 Usage (after ``manage.py kb_eval --set fastapi`` and ``--set erb`` indexed their tenants):
 
     .venv/bin/python bench/answerability_calibrate.py \\
-        [--set NAME=TENANT/PROJECT:QUESTIONS.jsonl ...] [--features-out F.json] [--from-features F.json]
+        [--set NAME=TENANT/PROJECT:QUESTIONS.jsonl ...] [--measure NAME=TENANT/PROJECT:QUESTIONS.jsonl ...]
+        [--features-out F.json] [--from-features F.json]
+
+``--measure`` sets are decided by the fitted model and never fitted on (held-out questions).
 
 Default sets: the development questions of ``bench/answerability/`` (``fastapi_dev``,
 ``fastapi_code_dev``, ``fastapi_code_unans_dev``, ``erb_dev``) and the shared FastAPI and ERB
@@ -50,10 +53,8 @@ SKIPPED_TYPES = {"high_level"}
 def collect(spec: str) -> list[dict]:
     """Features of every question of one ``NAME=TENANT/PROJECT:FILE`` set."""
     from search.evaluation import load_questions
-    from search.pipeline.answer_types import asked_answer_type
-    from search.pipeline.evidence import evidence_text
     from search.pipeline.executor import execute_plan
-    from search.pipeline.gate import answerability_features, missing_specific_terms, score_question_evidence
+    from search.pipeline.gate import judge, missing_focus
     from search.pipeline.planner import rule_plan
     from sources.selectors import scope_for_operator
 
@@ -66,17 +67,15 @@ def collect(spec: str) -> list[dict]:
         if q.type in SKIPPED_TYPES:
             continue
         evidence = execute_plan(rule_plan(q.text), scope).evidence
+        verdict = judge(q.text, evidence, scope)
         row = {"set": name, "id": q.id, "type": q.type, "label": int(q.type != "unanswerable"), "question": q.text}
-        if not any(ev.is_relevant for ev in evidence):
-            row.update(features=None, missing_terms=[], missing_type=False)
-        else:
-            scored = score_question_evidence(q.text, evidence, scope)
-            asked = asked_answer_type(q.text)
-            row.update(
-                features=answerability_features(scored, evidence),
-                missing_terms=list(missing_specific_terms(q.text, evidence)),
-                missing_type=bool(asked and not asked.held_by(evidence_text(e for e in evidence if e.is_relevant))),
-            )
+        row.update(
+            features=verdict.features if verdict.relevant else None,
+            missing_terms=list(verdict.missing_terms),
+            # computed whatever the model decided (the gate asks only when it answers)
+            missing_focus=missing_focus(q.text, verdict.scored, evidence) if verdict.scored else "",
+            missing_type=bool(verdict.missing_type),
+        )
         rows.append(row)
         print(f"  {name} {q.id}: {row['features']}", file=sys.stderr, flush=True)
     return rows
@@ -95,10 +94,15 @@ def fit(x, y, *, l2: float = 1e-3, iters: int = 20000, lr: float = 2.0):
     return w[-1], w[:-1]
 
 
+def rules_decline(row: dict) -> bool:
+    """The gate's rules after the model: a named term, the focus or the asked value missing."""
+    return bool(row["missing_terms"]) or bool(row.get("missing_focus")) or row["missing_type"]
+
+
 def report(rows: list[dict]) -> None:
     import numpy as np
 
-    usable = [r for r in rows if r["features"] is not None]
+    usable = [r for r in rows if r["features"] is not None and r.get("fit", True)]
     x = np.array([[r["features"][k] for k in FEATURES] for r in usable])
     y = np.array([r["label"] for r in usable])
     bias, weights = fit(x, y)
@@ -114,8 +118,11 @@ def report(rows: list[dict]) -> None:
     header = ["set", "fit", "n unans", "declined", "n ans", "declined", "gate: unans", "ans"]
     widths = [-16, -8, 8, 10, 7, 10, 13, 7]
     print("\n" + "".join(f"{h:{'<' if w < 0 else '>'}{abs(w)}}" for h, w in zip(header, widths, strict=True)))
+    fitted_sets = {r["set"] for r in usable}
     for fit_on in ("all", "others"):
         for s in sets:
+            if fit_on == "others" and s not in fitted_sets:
+                continue  # a measured set: decided by the model fitted on all, above
             if fit_on == "others":
                 train = [r for r in usable if r["set"] != s]
                 if len({r["label"] for r in train}) < 2:
@@ -130,9 +137,7 @@ def report(rows: list[dict]) -> None:
             un = [r for r in part if r["label"] == 0]
             an = [r for r in part if r["label"] == 1]
             model_declines = {r["id"]: not decide(b, w, r) for r in part}
-            gate_declines = {
-                r["id"]: model_declines[r["id"]] or bool(r["missing_terms"]) or r["missing_type"] for r in part
-            }
+            gate_declines = {r["id"]: model_declines[r["id"]] or rules_decline(r) for r in part}
 
             def share(rs, d):
                 return f"{sum(d[r['id']] for r in rs)}/{len(rs)}" if rs else "-"
@@ -140,20 +145,20 @@ def report(rows: list[dict]) -> None:
             cells = [s, fit_on, len(un), share(un, model_declines), len(an), share(an, model_declines)]
             cells += [share(un, gate_declines), share(an, gate_declines)]
             print("".join(f"{c:{'<' if w < 0 else '>'}{abs(w)}}" for c, w in zip(cells, widths, strict=True)))
-    wrong = [
-        r
-        for r in rows
-        if (r["label"] == 1) == (not decide(bias, weights, r) or bool(r["missing_terms"]) or r["missing_type"])
-    ]
+    wrong = [r for r in rows if (r["label"] == 1) == (not decide(bias, weights, r) or rules_decline(r))]
     print("\nwrong with the fitted model and the rules:")
     for r in wrong:
         print(f"  {r['set']} {r['id']} label {r['label']} {r['features']}")
-        print(f"      terms {r['missing_terms']} type {r['missing_type']}: {r['question'][:90]}")
+        rules = f"terms {r['missing_terms']} focus {r.get('missing_focus')!r} type {r['missing_type']}"
+        print(f"      {rules}: {r['question'][:90]}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", action="append", dest="sets", help="NAME=TENANT/PROJECT:QUESTIONS.jsonl")
+    parser.add_argument(
+        "--measure", action="append", default=[], help="NAME=TENANT/PROJECT:QUESTIONS.jsonl decided, never fitted on"
+    )
     parser.add_argument("--features-out", type=Path)
     parser.add_argument("--from-features", type=Path)
     args = parser.parse_args()
@@ -169,6 +174,8 @@ def main() -> None:
         with without_llm():
             for spec in args.sets or DEFAULT_SETS:
                 rows.extend(collect(spec))
+            for spec in args.measure:
+                rows.extend(dict(row, fit=False) for row in collect(spec))
         if args.features_out:
             args.features_out.write_text(json.dumps(rows, indent=1))
     report(rows)
