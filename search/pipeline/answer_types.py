@@ -224,6 +224,11 @@ _FOCUS_WORD = re.compile(r"[\w'’\-/.]+")
 FOCUS_WORDS = 2  # of the phrase after the question word, its head is the last of at most this many words
 _MODALS = frozenset("can could will would should shall may might must".split())
 _DO_SUPPORT = frozenset("do does did".split())
+# A verb right after "what" makes "what" its subject ("What *happened* to p99", "What *went* wrong"):
+# a past tense (one of the common irregular ones, or a regular one before a preposition or the
+# question's end: "What *embedded* database" is an adjective) or a form of "happen".
+_IRREGULAR_PAST = frozenset("went broke made took came ran got led told said became left brought began fell".split())
+_REGULAR_PAST = re.compile(r"[a-z]{2,}[^e]ed")
 _FORMAT_CHARACTERS = re.compile(r"[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")  # invisible
 _WORD_SHAPE = re.compile(r"[^\W\d_][\w'’-]{1,39}")  # a word: a letter first, 2 to 40 characters
 
@@ -239,9 +244,10 @@ def question_focus(question: str) -> str | None:
     of it (a quoted value is looked for as written, ``search.pipeline.gate.named_terms``).
     ``None`` when the question has no such phrase; when "do" follows the question word ("What does
     X return?": the phrase is a subject and its verb, the asked thing unnamed) or a verb does ("What
-    caused the outage?"); or when its head cannot be a focus looked for in text (``_NOT_FOCUS``:
-    "What *time* ...", "Which Slack *channel* ...", "Which *pull request* ...", "Which *function*
-    ...": the answer is a value, a document or a code object, described in other words)."""
+    caused the outage?", "What happened to ...", "What went wrong"); or when its head cannot be a
+    focus looked for in text (``_NOT_FOCUS``: "What *time* ...", "Which Slack *channel* ...",
+    "Which *pull request* ...", "Which *function* ...": the answer is a value, a document or a code
+    object, described in other words)."""
     text = QUOTED.sub(" , ", _FORMAT_CHARACTERS.sub("", question))  # a quoted span ends the phrase
     match = _FOCUS_WH.search(text)
     if match is None:
@@ -256,6 +262,12 @@ def question_focus(question: str) -> str | None:
             return rest[0] if rest[0] not in _NOT_FOCUS else None
     if words[0] not in _AUXILIARIES and words[0] not in _DETERMINERS and words[1:2] and words[1] in _DETERMINERS:
         return None  # "What *caused* the outage?": "what" is the subject of a verb, the asked thing unnamed
+    after = words[1] if words[1:2] else ","
+    regular_past = _REGULAR_PAST.fullmatch(words[0]) and (after in _FOCUS_ENDS or after == ",")  # not "embedded X"
+    if match.group(1).lower() == "what" and (
+        words[0] in _IRREGULAR_PAST or regular_past or words[0] in ("happen", "happens")
+    ):
+        return None  # "What *happened* to p99 ...?", "What *changed* in 0.140?": the same
     i = 0
     while i < len(words) and (words[i] in _AUXILIARIES or words[i] in _DETERMINERS):
         i += 1
@@ -269,6 +281,25 @@ def question_focus(question: str) -> str | None:
         i += 1
     # A head that names the answer's form ("Which Slack *channel*", "What release *date*") leaves no focus.
     return phrase[-1] if phrase and phrase[-1] not in _NOT_FOCUS else None
+
+
+def counted_focus(question: str) -> str | None:
+    """What a "how many/how much" ``question`` counts, when a source would state the count: its
+    focus (:func:`question_focus`) if the question's first question word is "how many" or "how
+    much", else ``None``; ``None`` too when the counted phrase names documents ("How many incident
+    *writeups* describe ...": a count made across sources, not one a source states)."""
+    text = QUOTED.sub(" , ", _FORMAT_CHARACTERS.sub("", question))
+    match = _FOCUS_WH.search(text)
+    if match is None or not match.group(1).lower().startswith("how"):
+        return None
+    phrase: list[str] = []
+    for word in (w.strip(".,?!:;'\"’").lower() for w in _FOCUS_WORD.findall(text[match.end() :])):
+        if word in _FOCUS_ENDS or word in _AUXILIARIES or len(phrase) == 4:
+            break
+        phrase.append(word)
+    if any(word in _DOCUMENT_NOUNS for word in phrase):
+        return None
+    return question_focus(question)
 
 
 def asks_for_document(question: str) -> bool:

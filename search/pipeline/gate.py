@@ -34,12 +34,14 @@ in the organization's data (a signal that fades as the data grows):
 4. **The question's focus** (``search.pipeline.answer_types.question_focus``: what a who/what/
    which/how-many question asks about, "Who *approved* ...", "What was the *budget* of ...") that
    neither the answering passages nor the titles of their blocks mention: partial, the answer names
-   it. Evidence about the topic that never says the asked detail is a near miss, not an answer.
+   it. Evidence about the topic that never says the asked detail is a near miss, not an answer. An
+   agent noun is looked for as written (:func:`agent_noun`: "commander" is not "commands").
 5. **Expected answer type** (``search.pipeline.answer_types``): a question asking for a Slack
    channel, email, link, version or count whose answering passages (the passages holding most
    of the question's weight, with their neighbours: ``passages.answering_text``) hold no value
    of that form: partial. A value elsewhere in the evidence (another ticket's version) is no
-   answer to this question.
+   answer to this question, nor a number outside the sentences naming what a "how many"
+   question counts (:func:`number_beside_focus`).
 
 Everything reads only the evidence the asker may read, so a note never reveals a restricted
 document.
@@ -60,7 +62,7 @@ from django.db import connection
 
 from kbportal.tenancy import tenant_context
 from search.llm import llm_client, llm_configured
-from search.pipeline.answer_types import asked_answer_type, question_focus
+from search.pipeline.answer_types import asked_answer_type, counted_focus, question_focus
 from search.pipeline.evidence import Evidence, evidence_text
 from search.pipeline.passages import ScoredEvidence, answering_passages, is_code, lexeme_sets, score_evidence
 from search.retrieval import dense_ranking, query_terms, scope_where_sql
@@ -215,7 +217,11 @@ def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evid
     """The question's focus (``question_focus``) when no answering passage (``answering_passages``)
     nor the title of a block they come from holds it (as a PostgreSQL English lexeme, so "approved"
     meets "approval"); else ``""``. Code is read in other words than its question's ("which
-    function parses ..."), so answering passages that are all code are never held to it."""
+    function parses ..."), so answering passages that are all code are never held to it.
+
+    An agent noun the stemmer cuts to its verb or action ("commander" -> ``command``, "reviewer"
+    -> ``review``, :func:`agent_noun`) is looked for as written (singular, plural or possessive):
+    "the incident commander" is a person, and a passage about commands does not name one."""
     focus = question_focus(question)
     chosen = answering_passages(scored)
     if focus is None or not chosen:
@@ -224,9 +230,51 @@ def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evid
     if all(p.code or is_code(by_n[p.n]) for p in chosen):
         return ""
     blocks = list(dict.fromkeys(p.n for p in chosen))
-    focus_lexemes, *titles = lexeme_sets([focus, *(by_n[n].title for n in blocks)])
-    held = set().union(*(p.lexemes for p in chosen), *titles)
+    titles = [by_n[n].title for n in blocks]
+    focus_lexemes, *title_lexemes = lexeme_sets([focus, *titles])
+    if agent_noun(focus, focus_lexemes):
+        written = re.compile(rf"\b{re.escape(focus)}(?:s|es)?(?:['’]s?)?\b", re.I)
+        return "" if any(written.search(text) for text in [*titles, *(p.text for p in chosen)]) else focus
+    held = set().union(*(p.lexemes for p in chosen), *title_lexemes)
     return "" if not focus_lexemes or focus_lexemes & held else focus
+
+
+def number_beside_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evidence]) -> bool:
+    """For a question asking how many or how much of its focus ("How many *customers* were
+    affected?", ``answer_types.counted_focus``): whether a passage holding the focus (as a
+    lexeme), in a block the answering passages come from (``answering_passages``: not another
+    incident's page), holds a number (``answer_types`` "number"). A count stands in the sentence
+    of what it counts: "~52 minutes" in the next sentence about the same incident is no count of
+    customers (answer candidates are taken near the question's focus: Moldovan et al., ACL 2000).
+    True when the rule does not apply: another asked form, no counted focus (a count of documents
+    is made across sources), or only code holds the focus."""
+    asked = asked_answer_type(question)
+    focus = counted_focus(question)
+    if asked is None or asked.label != "number" or focus is None:
+        return True
+    (focus_lexemes,) = lexeme_sets([focus])
+    by_n = {ev.n: ev for ev in evidence}
+    answering_blocks = {p.n for p in answering_passages(scored)}
+    passages = scored.passages
+    holding = [
+        i for i, p in enumerate(passages) if p.n in answering_blocks and focus_lexemes and focus_lexemes <= p.lexemes
+    ]
+    if not holding or all(passages[i].code or is_code(by_n[passages[i].n]) for i in holding):
+        return True
+    return any(asked.held_by(passages[i].text) for i in holding)
+
+
+def agent_noun(word: str, lexemes: frozenset[str]) -> bool:
+    """Whether ``word`` ends in -er/-or and its English stem (``lexemes``, PostgreSQL's Snowball
+    stemmer) drops that ending, as the stemmer does for an agent noun ("manager" -> ``manag``,
+    "approver" -> ``approv``; Porter, "An algorithm for suffix stripping", 1980, step 4; a few
+    other nouns too: "parameter" -> ``paramet``, matched as written all the same). Words whose
+    stem keeps the ending ("owner", "server", "number", "error") are not."""
+    return (
+        bool(re.fullmatch(r"[a-z]{3,}(?:er|or)", word))
+        and bool(lexemes)
+        and not any(lexeme.endswith(("er", "or")) for lexeme in lexemes)
+    )
 
 
 def answering_text(scored: ScoredEvidence, evidence: Sequence[Evidence]) -> str:
@@ -304,6 +352,7 @@ def judge(question: str, evidence: list[Evidence], scope: QueryScope) -> Verdict
     focus = missing_focus(question, scored, evidence) if answerable else ""
     asked = asked_answer_type(question)
     held = asked is None or asked.held_by(answering_text(scored, evidence))
+    held = held and number_beside_focus(question, scored, evidence)
     if not answerable:
         status: Status = NOT_FOUND
     elif missing_terms or focus or not held:

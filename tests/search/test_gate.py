@@ -17,6 +17,7 @@ from search.pipeline.gate import (
     ANSWERED,
     NOT_FOUND,
     PARTIAL,
+    agent_noun,
     answerability_features,
     answered_probability,
     judge,
@@ -428,6 +429,10 @@ def test_a_slow_sufficiency_judgement_is_abandoned_for_the_model(kb, settings):
         ("What caused the billing outage?", None),  # "what" is the subject of "caused"
         ('What is the "retry budget: none" setting for?', None),  # a quoted span is no part of the focus
         ("What is the bud\u200bget of the migration?", "budget"),  # an invisible character splits no word
+        ("What happened to latency after the cache was enabled?", None),  # "what" is the subject of a verb
+        ("What changed in the 4.2 release?", None),
+        ("What went wrong with the billing deploy?", None),
+        ("What embedded database does the billing service use?", "database"),  # a participle, then the noun
     ],
 )
 def test_question_focus_names_what_the_question_asks_about(question, focus):
@@ -469,6 +474,42 @@ def test_the_focus_is_looked_for_in_block_titles_but_never_held_against_code(kb)
     scored = score_question_evidence(question, [code], scope)
     assert question_focus(question) == "multiplier"
     assert missing_focus(question, scored, [code]) == ""
+
+
+@pytest.mark.django_db
+def test_an_agent_noun_is_looked_for_as_written_not_by_its_verbs_stem(kb):
+    """ "Commander" and "commands" share the stem ``command``: a passage about commands names no
+    incident commander. The word as written (or its plural) answers."""
+    scope = scope_for_user(kb.acme.admin)
+    question = "Who was the incident commander during the billing outage?"
+    about = _block(1, "Postmortem: billing outage",
+                   "During the billing outage the on-call engineer ran the failover commands from the runbook. "
+                   "The billing outage lasted forty minutes.",
+                   lexical_rank=1, dense_rank=1, similarity=0.75)  # fmt: skip
+    verdict = judge(question, [about], scope)
+    assert verdict.missing_focus == "commander" and verdict.status == PARTIAL, verdict
+    named = _block(1, about.title, about.text + " Priya Raman was the incident commander for the billing outage.",
+                   lexical_rank=1, dense_rank=1, similarity=0.75)  # fmt: skip
+    assert judge(question, [named], scope).missing_focus == ""
+    # A word whose stem keeps its ending is matched by its stem as before.
+    assert not agent_noun("owner", frozenset({"owner"})) and agent_noun("commander", frozenset({"command"}))
+
+
+@pytest.mark.django_db
+def test_a_count_must_stand_beside_what_it_counts(kb):
+    """ "How many customers ...": a number in a sentence about minutes is no count of customers; the
+    answer type "number" is held only by a sentence that holds the focus and a number."""
+    scope = scope_for_user(kb.acme.admin)
+    question = "How many customers were affected by the billing outage?"
+    text = ("The billing outage hit some customers because invoices were sent again. "
+            "Invoices were delayed for about 52 minutes during the billing outage.")  # fmt: skip
+    apart = _block(1, "Postmortem: billing outage", text, lexical_rank=1, dense_rank=1, similarity=0.75)
+    verdict = judge(question, [apart], scope)
+    assert verdict.status == PARTIAL and verdict.missing_type == "number", verdict
+    counted = _block(1, apart.title, text + " In all, 312 customers were affected by the billing outage.",
+                     lexical_rank=1, dense_rank=1, similarity=0.75)  # fmt: skip
+    verdict = judge(question, [counted], scope)
+    assert verdict.missing_type == "" and verdict.status == ANSWERED, verdict
 
 
 @pytest.mark.django_db
