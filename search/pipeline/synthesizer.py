@@ -281,8 +281,9 @@ _REFERENCE_END = re.compile(r"\s*\((?:#|PR\s*#?)?\d+\)$", re.I)
 
 def said_key(text: str) -> str:
     """What a passage says, for quoting it once: lower-cased, spaces collapsed, a trailing
-    reference ("(#16013)") dropped, so a commit's subject and the release note copying it are one."""
-    return _REFERENCE_END.sub("", " ".join(text.lower().split()))
+    reference ("(#16013)") and the sentence's closing punctuation dropped, so a commit's subject
+    and the release note copying it ("... `/users/john.doe`.") are one."""
+    return _REFERENCE_END.sub("", " ".join(text.lower().split())).rstrip(" .!?;:")
 
 
 def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict) -> list[Passage]:

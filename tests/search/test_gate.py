@@ -29,7 +29,7 @@ from search.pipeline.gate import (
     text_declines,
 )
 from search.pipeline.passages import ScoredEvidence, block_passages, question_weights
-from search.pipeline.synthesizer import extractive_answer
+from search.pipeline.synthesizer import extractive_answer, said_key
 from sources.selectors import scope_for_user
 from tests.llm_server import FakeOpenAIServer
 
@@ -350,6 +350,13 @@ def test_the_extractive_answer_quotes_a_sentence_two_pages_share_once(kb):
               _block(2, "Billing runbook copy > Keys", said, lexical_rank=2, dense_rank=2, similarity=0.8)]  # fmt: skip
     answer = extractive_answer(question, blocks, verdict=judge(question, blocks, scope))
     assert answer.answers and answer.text.count("make rotate-key") == 1
+
+
+def test_a_commit_subject_and_the_release_note_copying_it_say_one_thing():
+    subject = "🐛 Fix frontend fallback for dotted paths like `/users/john.doe` (#16011)"
+    note = "🐛 Fix frontend fallback for dotted paths like `/users/john.doe`."
+    assert said_key(subject) == said_key(note)
+    assert said_key("Restart the workers.") != said_key("Restart the workers twice.")
 
 
 @pytest.mark.django_db
