@@ -8,6 +8,8 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
+from django.db.models import F
+from django.db.models.functions import MD5
 from pgvector.django import HnswIndex, VectorField
 
 from kbportal.tenancy import TenantOwned
@@ -178,6 +180,9 @@ class Document(TenantOwned):
                 condition=models.Q(embedding_duplicate=False),
             ),
             GinIndex(fields=["metadata"], name="document_metadata_gin"),
+            # The rows of a source holding one text: a live update refreshes their embedding_duplicate
+            # marks (sources.services.term_stats.source_refresh_embedding_duplicates) without a scan.
+            models.Index(F("source"), MD5("text"), name="document_text_md5_idx"),
         ]
 
     def __str__(self) -> str:

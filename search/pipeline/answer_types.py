@@ -227,10 +227,22 @@ _DO_SUPPORT = frozenset("do does did".split())
 # A verb right after "what" makes "what" its subject ("What *happened* to p99", "What *went* wrong"):
 # a past tense (one of the common irregular ones, or a regular one before a preposition or the
 # question's end: "What *embedded* database" is an adjective) or a form of "happen".
-_IRREGULAR_PAST = frozenset("went broke made took came ran got led told said became left brought began fell".split())
+_IRREGULAR_PAST = frozenset(
+    "went broke made took came ran got led told said became left brought began fell gone broken done taken".split()
+)
+_HAPPEN = frozenset("happen happens happened".split())
 _REGULAR_PAST = re.compile(r"[a-z]{2,}[^e]ed")
 _FORMAT_CHARACTERS = re.compile(r"[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")  # invisible
 _WORD_SHAPE = re.compile(r"[^\W\d_][\w'’-]{1,39}")  # a word: a letter first, 2 to 40 characters
+
+
+def _is_verb(word: str, after: str) -> bool:
+    """Whether ``word``, after "what" (and its auxiliaries), is a verb: a form of "happen", a
+    common irregular past, or a regular past before a preposition, a comma or the question's end
+    ("What *changed* in ...", not "What *embedded* database ...")."""
+    if word in _HAPPEN or word in _IRREGULAR_PAST:
+        return True
+    return bool(_REGULAR_PAST.fullmatch(word)) and (after in _FOCUS_ENDS or after == ",")
 
 
 def question_focus(question: str) -> str | None:
@@ -262,11 +274,10 @@ def question_focus(question: str) -> str | None:
             return rest[0] if rest[0] not in _NOT_FOCUS else None
     if words[0] not in _AUXILIARIES and words[0] not in _DETERMINERS and words[1:2] and words[1] in _DETERMINERS:
         return None  # "What *caused* the outage?": "what" is the subject of a verb, the asked thing unnamed
-    after = words[1] if words[1:2] else ","
-    regular_past = _REGULAR_PAST.fullmatch(words[0]) and (after in _FOCUS_ENDS or after == ",")  # not "embedded X"
-    if match.group(1).lower() == "what" and (
-        words[0] in _IRREGULAR_PAST or regular_past or words[0] in ("happen", "happens")
-    ):
+    k = 0  # past "has", "was", "'s": "What has *changed*", "What was *deployed* on Friday?"
+    while k < len(words) - 1 and words[k] in _AUXILIARIES:
+        k += 1
+    if match.group(1).lower() == "what" and _is_verb(words[k], words[k + 1] if k + 1 < len(words) else ","):
         return None  # "What *happened* to p99 ...?", "What *changed* in 0.140?": the same
     i = 0
     while i < len(words) and (words[i] in _AUXILIARIES or words[i] in _DETERMINERS):
@@ -279,6 +290,10 @@ def question_focus(question: str) -> str | None:
         if word not in _DETERMINERS and word not in _AUXILIARIES:
             phrase.append(word)
         i += 1
+    if match.group(1).lower().startswith("how") and match.group(1).lower().endswith("many"):
+        # "How many" counts a plural noun: the first plural of the phrase is its head, not a verb
+        # after it ("How many *engineers* work on billing?", "How many extra *GPUs* did we add?").
+        phrase = next(([w] for w in phrase if len(w) > 3 and w.endswith("s") and not w.endswith("ss")), phrase[:1])
     # A head that names the answer's form ("Which Slack *channel*", "What release *date*") leaves no focus.
     return phrase[-1] if phrase and phrase[-1] not in _NOT_FOCUS else None
 

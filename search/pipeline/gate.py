@@ -220,8 +220,9 @@ def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evid
     function parses ..."), so answering passages that are all code are never held to it.
 
     An agent noun the stemmer cuts to its verb or action ("commander" -> ``command``, "reviewer"
-    -> ``review``, :func:`agent_noun`) is looked for as written (singular, plural or possessive):
-    "the incident commander" is a person, and a passage about commands does not name one."""
+    -> ``review``, :func:`agent_noun`) is looked for as written (singular, plural or possessive),
+    or as its verb before "by" ("approved by Dana" names the approver): "the incident commander"
+    is a person, and a passage about commands does not name one."""
     focus = question_focus(question)
     chosen = answering_passages(scored)
     if focus is None or not chosen:
@@ -233,7 +234,10 @@ def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evid
     titles = [by_n[n].title for n in blocks]
     focus_lexemes, *title_lexemes = lexeme_sets([focus, *titles])
     if agent_noun(focus, focus_lexemes):
-        written = re.compile(rf"\b{re.escape(focus)}(?:s|es)?(?:['’]s?)?\b", re.I)
+        # The noun as written, or its verb naming the agent ("approved by Dana", "Reviewed-by:").
+        singular = focus[:-1] if focus.endswith("s") else focus
+        stems = "|".join(re.escape(lexeme) for lexeme in focus_lexemes)
+        written = re.compile(rf"\b{re.escape(singular)}(?:s|es)?(?:['’]s?)?\b|\b(?:{stems})\w*[\s-]+by\b", re.I)
         return "" if any(written.search(text) for text in [*titles, *(p.text for p in chosen)]) else focus
     held = set().union(*(p.lexemes for p in chosen), *title_lexemes)
     return "" if not focus_lexemes or focus_lexemes & held else focus
@@ -247,7 +251,8 @@ def number_beside_focus(question: str, scored: ScoredEvidence, evidence: Sequenc
     of what it counts: "~52 minutes" in the next sentence about the same incident is no count of
     customers (answer candidates are taken near the question's focus: Moldovan et al., ACL 2000).
     True when the rule does not apply: another asked form, no counted focus (a count of documents
-    is made across sources), or only code holds the focus."""
+    is made across sources), only code holds the focus, or a heading or block title names it (the
+    text under "Customer impact" is about customers, whichever sentence states the number)."""
     asked = asked_answer_type(question)
     focus = counted_focus(question)
     if asked is None or asked.label != "number" or focus is None:
@@ -261,17 +266,22 @@ def number_beside_focus(question: str, scored: ScoredEvidence, evidence: Sequenc
     ]
     if not holding or all(passages[i].code or is_code(by_n[passages[i].n]) for i in holding):
         return True
+    # A heading or title naming the focus ("Customer impact") heads text about it: a number there may count it.
+    titles = lexeme_sets([by_n[n].title for n in sorted(answering_blocks)])
+    if any(focus_lexemes <= title for title in titles) or any(passages[i].heading for i in holding):
+        return True
     return any(asked.held_by(passages[i].text) for i in holding)
 
 
 def agent_noun(word: str, lexemes: frozenset[str]) -> bool:
-    """Whether ``word`` ends in -er/-or and its English stem (``lexemes``, PostgreSQL's Snowball
-    stemmer) drops that ending, as the stemmer does for an agent noun ("manager" -> ``manag``,
-    "approver" -> ``approv``; Porter, "An algorithm for suffix stripping", 1980, step 4; a few
-    other nouns too: "parameter" -> ``paramet``, matched as written all the same). Words whose
-    stem keeps the ending ("owner", "server", "number", "error") are not."""
+    """Whether ``word`` ends in -er/-or (or -ers/-ors) and its English stem (``lexemes``,
+    PostgreSQL's Snowball stemmer) drops that ending, as the stemmer does for an agent noun
+    ("manager" -> ``manag``, "approver" -> ``approv``; Porter, "An algorithm for suffix
+    stripping", 1980, step 4; a few other nouns too: "parameter" -> ``paramet``, "customer" ->
+    ``custom``, matched as written all the same). Words whose stem keeps the ending ("owner",
+    "server", "number", "error") are not."""
     return (
-        bool(re.fullmatch(r"[a-z]{3,}(?:er|or)", word))
+        bool(re.fullmatch(r"[a-z]{3,}(?:er|or)s?", word))
         and bool(lexemes)
         and not any(lexeme.endswith(("er", "or")) for lexeme in lexemes)
     )

@@ -281,9 +281,11 @@ _REFERENCE_END = re.compile(r"\s*\((?:#|PR\s*#?)?\d+\)$", re.I)
 
 def said_key(text: str) -> str:
     """What a passage says, for quoting it once: lower-cased, spaces collapsed, a trailing
-    reference ("(#16013)") and the sentence's closing punctuation dropped, so a commit's subject
-    and the release note copying it ("... `/users/john.doe`.") are one."""
-    return _REFERENCE_END.sub("", " ".join(text.lower().split())).rstrip(" .!?;:")
+    reference ("(#16013)") and a closing full stop, colon or semicolon dropped, so a commit's
+    subject and the release note copying it ("... `/users/john.doe`.") are one. A question mark
+    stays: "Restart the workers?" and its confirming reply "Restart the workers." are two."""
+    said = " ".join(text.lower().split()).rstrip(" .;:")
+    return _REFERENCE_END.sub("", said).rstrip(" .;:")
 
 
 def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict) -> list[Passage]:

@@ -4,9 +4,12 @@ Identical vectors trap an HNSW graph search (copies link only to each other; a s
 the group cannot leave it: pgvector#837, qdrant#10239). On the FastAPI corpus, 1,186 commits
 "📝 Update release notes" share one vector, and for 25 of 234 development questions the index
 returned worse nearest neighbours than an exact scan. ``embedding_duplicate`` marks every copy
-but the first of a text within one source and one set of principals; the index leaves them out.
+but the first of a text within one source, kind and set of principals; the index leaves them out.
+An index on ``(source_id, md5(text))`` lets a live update refresh the marks of the rows holding
+its texts without reading the whole source.
 """
 
+import django.db.models.functions.text
 import pgvector.django.indexes
 from django.db import migrations, models
 
@@ -48,6 +51,12 @@ class Migration(migrations.Migration):
                 m=16,
                 name="document_embedding_hnsw",
                 opclasses=["vector_cosine_ops"],
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="document",
+            index=models.Index(
+                models.F("source"), django.db.models.functions.text.MD5("text"), name="document_text_md5_idx"
             ),
         ),
     ]

@@ -367,6 +367,14 @@ def _source_ingest(
     except Exception as exc:  # recorded on the run; the traceback goes to the log
         logger.exception("ingestion of source %s failed", source_id)
         status, error = IngestionRun.Status.FAILED, f"{type(exc).__name__}: {exc}"
+    if status == IngestionRun.Status.FAILED:
+        # The batches written before the failure stay: a text they moved away from an indexed row
+        # must find another copy in the index now, not after the next successful run.
+        try:
+            with tenant_context(tenant_id):
+                source_refresh_embedding_duplicates(source_id)
+        except Exception:  # the run's own failure is what gets recorded
+            logger.exception("refreshing the embedding duplicates of source %s failed", source_id)
     with tenant_context(tenant_id):
         run.status = status
         run.error = error

@@ -12,6 +12,7 @@ from sources.embeddings import get_embedder
 from sources.models import Document
 from sources.selectors import QueryScope
 from sources.services import source_create, source_ingest, source_rows_delete, source_rows_upsert
+from sources.services.ingestion import BATCH_SIZE
 
 CUSTOM = {"test_rows": "tests.search.rows_connector.RowsConnector"}
 REPEATED = "📝 Update release notes\n\n[skip ci]"
@@ -109,3 +110,20 @@ def test_live_updates_keep_one_indexed_copy(tenant):
     )
     assert _marks(tenant) == {"second": False, "third": False, "other": False}
     assert "third" in _dense(tenant, source, "update release notes")
+
+
+def test_a_failed_run_leaves_no_text_without_an_indexed_copy(tenant):
+    """Batches written before a run fails stay written: when one moved the indexed copy's text away,
+    another copy of the old text is indexed at once, not after the next successful run."""
+    filler = [_row(f"filler-{i}", f"Bump dependency number {i} to its latest release") for i in range(BATCH_SIZE)]
+    source = _ingest(tenant, [_row("first", REPEATED), _row("second", REPEATED), *filler])
+    assert _marks(tenant)["second"] is True
+    broken = [_row("first", "Revert the bump"), *filler, {"external_id": "bad", "title": "no kind, no content"}]
+    with tenant_context(tenant.tenant.pk):
+        from sources.models import DataSource
+
+        DataSource.objects.filter(pk=source.pk).update(config={"rows": broken})
+    run = source_ingest(tenant_id=tenant.tenant.pk, source_id=source.pk)
+    assert run.status == "failed"
+    marks = _marks(tenant)
+    assert marks["first"] is False and marks["second"] is False  # "first" under its new text, "second" under the old
