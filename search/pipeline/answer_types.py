@@ -222,6 +222,7 @@ _NOT_FOCUS = _LIGHT_NOUNS | _VALUE_NOUNS | _DOCUMENT_NOUNS | _PRONOUNS
 _FOCUS_WH = re.compile(r"\b(who|whom|what|which|how\s+many|how\s+much)\b", re.I)
 _FOCUS_WORD = re.compile(r"[\w'’\-/.]+")
 FOCUS_WORDS = 2  # of the phrase after the question word, its head is the last of at most this many words
+COUNTED_WORDS = 4  # after "how many", the counted plural is looked for among this many words
 _MODALS = frozenset("can could will would should shall may might must".split())
 _DO_SUPPORT = frozenset("do does did".split())
 # A verb right after "what" makes "what" its subject ("What *happened* to p99", "What *went* wrong"):
@@ -282,6 +283,15 @@ def question_focus(question: str) -> str | None:
     i = 0
     while i < len(words) and (words[i] in _AUXILIARIES or words[i] in _DETERMINERS):
         i += 1
+    if match.group(1).lower().startswith("how") and match.group(1).lower().endswith("many"):
+        # "How many" counts a plural noun: the first plural of the phrase (up to ``COUNTED_WORDS``
+        # words) is its head, not a verb after it ("How many *engineers* work on billing?", "How
+        # many extra *GPUs* did we add?", "How many internal incident *writeups* ...").
+        for word in words[i : i + COUNTED_WORDS]:
+            if word in _FOCUS_ENDS or word in _AUXILIARIES or word == ",":
+                break
+            if word in _PRONOUNS or (len(word) > 3 and word.endswith("s") and not word.endswith("ss")):
+                return word if word not in _NOT_FOCUS else None
     phrase: list[str] = []
     while i < len(words) and len(phrase) < FOCUS_WORDS:
         word = words[i]
@@ -290,10 +300,6 @@ def question_focus(question: str) -> str | None:
         if word not in _DETERMINERS and word not in _AUXILIARIES:
             phrase.append(word)
         i += 1
-    if match.group(1).lower().startswith("how") and match.group(1).lower().endswith("many"):
-        # "How many" counts a plural noun: the first plural of the phrase is its head, not a verb
-        # after it ("How many *engineers* work on billing?", "How many extra *GPUs* did we add?").
-        phrase = next(([w] for w in phrase if len(w) > 3 and w.endswith("s") and not w.endswith("ss")), phrase[:1])
     # A head that names the answer's form ("Which Slack *channel*", "What release *date*") leaves no focus.
     return phrase[-1] if phrase and phrase[-1] not in _NOT_FOCUS else None
 
