@@ -8,6 +8,8 @@ longer yields are deleted only when a run completes, so a failed run loses nothi
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -115,6 +117,7 @@ class _Batcher:
                     need_vector, self.embedder.embed([r.embed_text for r in need_vector]), strict=False
                 ):
                     vectors[row.external_id] = vector
+            indexed = _indexed_texts(self.source_id, [r for r in changed if r.external_id in vectors])
             creates, updates = [], []
             now = timezone.now()
             for r in changed:
@@ -150,12 +153,18 @@ class _Batcher:
                         doc.embedding = vectors[r.external_id]
                     updates.append((doc, r.external_id in vectors))
                 else:
+                    # A copy of a text the index holds never enters it (an HNSW graph keeps what it
+                    # was given until a vacuum: identical vectors there trap searches meanwhile).
+                    text_key = _text_key(r.kind, r.embed_text, r.principals)
+                    duplicate = r.external_id in vectors and text_key in indexed
+                    indexed.add(text_key)
                     creates.append(
                         Document(
                             tenant_id=self.tenant_id,
                             source_id=self.source_id,
                             external_id=r.external_id,
                             embedding=vectors.get(r.external_id),
+                            embedding_duplicate=duplicate,
                             **fields,
                         )
                     )
@@ -454,6 +463,26 @@ def source_rows_delete(*, tenant_id: int, source_id: int, external_ids: Iterable
         indexed_rows_adjust(source_id, -len(ids))
         source_refresh_embedding_duplicates(source_id, hashes)  # a copy of a deleted text takes its place
     return len(ids)
+
+
+def _text_key(kind: str, text: str, principals: list[str]) -> tuple[str, str, str]:
+    """What makes two rows' vectors one index entry: kind, ``md5`` of the text, principals (as JSON)."""
+    return kind, hashlib.md5(text.encode(), usedforsecurity=False).hexdigest(), json.dumps(list(principals))
+
+
+def _indexed_texts(source_id: int, rows: list[DocumentRow]) -> set[tuple[str, str, str]]:
+    """The :func:`_text_key` of the source's indexed rows (embedded, not marked duplicate) holding
+    the texts of ``rows`` (in the caller's tenant context)."""
+    hashes = list({_text_key(r.kind, r.embed_text, r.principals)[1] for r in rows})
+    if not hashes:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT kind, md5(text), principals::text FROM sources_document WHERE source_id = %s "
+            "AND md5(text) = ANY(%s) AND embedding IS NOT NULL AND NOT embedding_duplicate",
+            [source_id, hashes],
+        )
+        return {(kind, digest, json.dumps(json.loads(principals))) for kind, digest, principals in cursor.fetchall()}
 
 
 def _text_hashes(source_id: int, external_ids: list[str]) -> set[str]:

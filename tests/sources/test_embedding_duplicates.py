@@ -7,7 +7,7 @@ import pytest
 
 from kbportal.tenancy import tenant_context
 from search.retrieval import dense_ranking
-from sources.connectors.base import DocumentRow
+from sources.connectors.base import DocumentRow, IngestReport
 from sources.embeddings import get_embedder
 from sources.models import Document
 from sources.selectors import QueryScope
@@ -127,3 +127,17 @@ def test_a_failed_run_leaves_no_text_without_an_indexed_copy(tenant):
     assert run.status == "failed"
     marks = _marks(tenant)
     assert marks["first"] is False and marks["second"] is False  # "first" under its new text, "second" under the old
+
+
+def test_a_copy_is_written_unindexed_and_never_enters_the_hnsw_graph(tenant):
+    """A copy written after its text is indexed (in the same batch or an earlier one) is marked as
+    it is inserted, before any refresh: an HNSW graph keeps the vectors it was given until a vacuum."""
+    from sources.services.ingestion import _Batcher
+
+    source = _ingest(tenant, [_row("first", REPEATED)])
+    batcher = _Batcher(tenant_id=tenant.tenant.pk, source_id=source.pk, generation=1, run=None, report=IngestReport())
+    for eid in ("second", "third"):
+        batcher.add(DocumentRow(**_row(eid, REPEATED)), batcher.report)
+    batcher.add(DocumentRow(**_row("private", REPEATED, principals=["user:7"])), batcher.report)
+    batcher.flush()  # no refresh runs here
+    assert _marks(tenant) == {"first": False, "second": True, "third": True, "private": False}
