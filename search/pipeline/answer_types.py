@@ -306,19 +306,11 @@ def question_focus(question: str) -> str | None:
 
 def counted_focus(question: str) -> str | None:
     """What a "how many/how much" ``question`` counts, when a source would state the count: its
-    focus (:func:`question_focus`) if the question's first question word is "how many" or "how
-    much", else ``None``; ``None`` too when the counted phrase names documents ("How many incident
-    *writeups* describe ...": a count made across sources, not one a source states)."""
-    text = QUOTED.sub(" , ", _FORMAT_CHARACTERS.sub("", question))
-    match = _FOCUS_WH.search(text)
+    focus (:func:`question_focus`) when its first question word is "how many" or "how much", else
+    ``None``. A counted document ("How many incident *writeups* describe ...") is no focus
+    (``_NOT_FOCUS``): such a count is made across sources, not one a source states."""
+    match = _FOCUS_WH.search(QUOTED.sub(" , ", _FORMAT_CHARACTERS.sub("", question)))
     if match is None or not match.group(1).lower().startswith("how"):
-        return None
-    phrase: list[str] = []
-    for word in (w.strip(".,?!:;'\"’").lower() for w in _FOCUS_WORD.findall(text[match.end() :])):
-        if word in _FOCUS_ENDS or word in _AUXILIARIES or len(phrase) == 4:
-            break
-        phrase.append(word)
-    if any(word in _DOCUMENT_NOUNS for word in phrase):
         return None
     return question_focus(question)
 

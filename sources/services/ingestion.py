@@ -368,7 +368,6 @@ def _source_ingest(
             run.deleted = 0 if partial else _delete_unseen(source_id, batcher.seen_ids)
             DataSource.objects.filter(pk=source_id).update(generation=generation, last_synced_at=timezone.now())
             source_refresh_term_stats(source_id)
-            source_refresh_embedding_duplicates(source_id)
         if report.skipped:
             status = IngestionRun.Status.PARTIAL
     except ConnectorError as exc:
@@ -376,14 +375,13 @@ def _source_ingest(
     except Exception as exc:  # recorded on the run; the traceback goes to the log
         logger.exception("ingestion of source %s failed", source_id)
         status, error = IngestionRun.Status.FAILED, f"{type(exc).__name__}: {exc}"
-    if status == IngestionRun.Status.FAILED:
-        # The batches written before the failure stay: a text they moved away from an indexed row
-        # must find another copy in the index now, not after the next successful run.
-        try:
-            with tenant_context(tenant_id):
-                source_refresh_embedding_duplicates(source_id)
-        except Exception:  # the run's own failure is what gets recorded
-            logger.exception("refreshing the embedding duplicates of source %s failed", source_id)
+    # After any run, a failed one too (its batches stay written): each text the source holds has
+    # one indexed copy, another one when the run moved the indexed copy's text away or deleted it.
+    try:
+        with tenant_context(tenant_id):
+            source_refresh_embedding_duplicates(source_id)
+    except Exception:  # the run's own outcome is what gets recorded
+        logger.exception("refreshing the embedding duplicates of source %s failed", source_id)
     with tenant_context(tenant_id):
         run.status = status
         run.error = error
