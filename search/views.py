@@ -480,7 +480,7 @@ def analytics_page(request: HttpRequest) -> HttpResponse:
         project_id=project.pk if project else None,
         project_slug=project.slug if project else None,
         days=days,
-        viewer_principals=user_principals(request.user),
+        viewer_principals=user_principals(request.user, tenant_id),
     )
     context = {
         "analytics": analytics,

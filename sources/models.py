@@ -233,3 +233,59 @@ class SlackEventSeen(TenantOwned):
 
     def __str__(self) -> str:
         return f"{self.event_id} in {self.source_id}"
+
+
+class ExternalIdentity(TenantOwned):
+    """A person as a data source's own system knows them (a Slack user, a Confluence account, a
+    git author), stored per organization and refreshed by every full run of the source.
+
+    ``principal`` is the string the source's rows name in ``Document.principals``
+    (``slack:<user id>``, ``confluence:<account id>``, ``email:<address>``, ...); ``email`` is the
+    address the source reports for the person (lower-cased; empty when it shows none). A portal
+    user holds ``principal`` only through an address verified on the portal side that equals
+    ``email`` (``sources.selectors.user_principals``); an identity without an email links to
+    nobody.
+    """
+
+    source = models.ForeignKey(DataSource, on_delete=models.CASCADE, related_name="identities")
+    principal = models.CharField(max_length=255)
+    email = models.CharField(max_length=254, blank=True, default="")
+    display_name = models.CharField(max_length=200, blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "external identities"
+        constraints = [models.UniqueConstraint(fields=["source", "principal"], name="identity_unique_principal")]
+        indexes = [
+            models.Index(fields=["tenant", "email"], name="identity_email_idx"),
+            models.Index(fields=["tenant", "principal"], name="identity_principal_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.principal} ({self.email or 'no email'})"
+
+
+class ExternalGroup(TenantOwned):
+    """A group a data source exposes (a Confluence group, a Slack user group), with its members.
+
+    ``principal`` is what the source's rows name (``group:<name>``); ``members`` lists the member
+    principals as the source reports them (``email:<address>``, ``confluence:<account id>``,
+    ``slack:<user id>``). Replaced by every full run of the source, so a person removed from the
+    group loses it at the next sync.
+    """
+
+    source = models.ForeignKey(DataSource, on_delete=models.CASCADE, related_name="groups")
+    principal = models.CharField(max_length=255)
+    name = models.CharField(max_length=255, blank=True, default="")
+    members = ArrayField(models.CharField(max_length=255), default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["source", "principal"], name="group_unique_principal")]
+        indexes = [
+            GinIndex(fields=["members"], name="group_members_idx"),
+            models.Index(fields=["tenant", "principal"], name="group_principal_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.principal} ({len(self.members)} members)"

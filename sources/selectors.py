@@ -17,7 +17,7 @@ from projects.selectors import (
     user_is_tenant_admin,
     user_tenant_id,
 )
-from sources.models import DataSource, Document, ProjectSource
+from sources.models import DataSource, Document, ExternalGroup, ExternalIdentity, ProjectSource
 
 
 class SourceNotFound(LookupError):
@@ -88,7 +88,7 @@ def scope_for_user(user, project_slug: str | None = None) -> QueryScope:
         project_slug=project.slug,
         project_name=project.name,
         allowed_source_ids=project_source_ids(project),
-        principals=user_principals(user),
+        principals=user_principals(user, tenant_id),
     )
 
 
@@ -108,20 +108,67 @@ def scope_for_token(identity: TokenIdentity, project_slug: str | None = None) ->
         project_slug=project.slug,
         project_name=project.name,
         allowed_source_ids=project_source_ids(project),
-        principals=user_principals(identity.user) if identity.user is not None else (),
+        principals=user_principals(identity.user, identity.tenant_id) if identity.user is not None else (),
     )
 
 
-def user_principals(user) -> tuple[str, ...]:
-    """What a user is known as to ``Document.principals``: ``user:<id>`` and verified emails.
+def user_principals(user, tenant_id: int | None = None) -> tuple[str, ...]:
+    """What a user is known as to ``Document.principals`` in ``tenant_id`` (default: the tenant
+    they work in, ``projects.selectors.user_tenant_id``): ``user:<id>``, ``email:<address>`` for
+    each address allauth has verified (an SSO sign-in stores the provider's verified address
+    as verified), and what those addresses link to in the tenant's directory
+    (:func:`directory_principals`). Sorted, without repeats.
 
-    Only addresses allauth has verified count: a user-editable, unverified address would let a
-    member claim someone else's restricted rows.
+    Only verified addresses count: a user-editable, unverified address would let a member claim
+    someone else's restricted rows.
     """
     from allauth.account.models import EmailAddress
 
-    emails = EmailAddress.objects.filter(user=user, verified=True).values_list("email", flat=True)
-    return (f"user:{user.pk}", *sorted(f"email:{e.lower()}" for e in emails))
+    verified = EmailAddress.objects.filter(user=user, verified=True).values_list("email", flat=True)
+    emails = sorted({e.lower() for e in verified})
+    own = [f"user:{user.pk}", *(f"email:{e}" for e in emails)]
+    if tenant_id is None:
+        tenant_id = user_tenant_id(user)
+    if tenant_id is None:
+        return tuple(own)
+    with tenant_context(tenant_id):
+        return tuple(sorted(set(own) | directory_principals(emails=emails, own=own)))
+
+
+def directory_principals(*, emails: list[str], own: list[str]) -> set[str]:
+    """The identity and group principals of the current tenant's directory that a person with
+    these verified ``emails`` (lower-case) and ``own`` principals holds. Runs inside the tenant's
+    ``tenant_context``.
+
+    An identity (``ExternalIdentity``) is held when its email is one of ``emails``, and only when
+    no identity with the same principal, in any of the tenant's data sources, reports another
+    email: two people claiming ``slack:U1`` (two workspaces, a changed address) are a conflict
+    and nobody gets it. A group (``ExternalGroup``) is held when its members name one of the
+    person's principals (own or identity) in every data source that exposes that group
+    principal: a group name reused by two sites with different members admits only people in
+    both. Either way an unsure case fails closed.
+    """
+    if not emails:
+        return set()
+    candidates = set(ExternalIdentity.objects.filter(email__in=emails).values_list("principal", flat=True))
+    conflicting = set(
+        ExternalIdentity.objects.filter(principal__in=candidates)
+        .exclude(email="")
+        .exclude(email__in=emails)
+        .values_list("principal", flat=True)
+    )
+    held = candidates - conflicting
+    known = [*own, *held]
+    member_of = set(ExternalGroup.objects.filter(members__overlap=known).values_list("principal", flat=True))
+    if member_of:
+        # A group principal exposed by a source whose member list lacks the person is withheld.
+        lacking = set(
+            ExternalGroup.objects.filter(principal__in=member_of)
+            .exclude(members__overlap=known)
+            .values_list("principal", flat=True)
+        )
+        held |= member_of - lacking
+    return held
 
 
 def scope_for_operator(*, tenant_slug: str | None = None, project_slug: str | None = None) -> QueryScope:
@@ -173,7 +220,7 @@ def document_get_for_user(user, *, source_public_id: str, external_id: str) -> t
     tenant_id = user_tenant_id(user)
     if tenant_id is None or "\x00" in external_id:  # PostgreSQL text cannot hold NUL: no such row
         raise DocumentNotFound("no such document")
-    principals = set(user_principals(user))
+    principals = set(user_principals(user, tenant_id))
     with tenant_context(tenant_id, user_id=user.pk):
         source = DataSource.objects.filter(public_id=source_public_id).first()
         if source is None or source.pk not in source_ids_readable(user_id=user.pk):
@@ -197,3 +244,52 @@ def source_sync_allowed(*, user, tenant_id: int, source: DataSource) -> bool:
     with tenant_context(tenant_id, user_id=user_id):
         project_ids = list(ProjectSource.objects.filter(source=source).values_list("project_id", flat=True))
         return project_can_edit(user_id=user_id, project_ids=project_ids)
+
+
+@dataclass(frozen=True)
+class IdentityListing:
+    """One row of the organization's identity list: the identity, the tenant member it links to
+    (``None``: unlinked) and why not when unlinked."""
+
+    identity: ExternalIdentity
+    source_name: str
+    linked_to: str | None
+    reason: str
+
+
+def identity_list(*, tenant_id: int) -> tuple[list[IdentityListing], list[ExternalGroup]]:
+    """The tenant's external identities (unlinked first, then by source and principal) and groups.
+
+    An identity is linked when a member of the tenant has verified its email and no other
+    identity with its principal reports a different email (as :func:`directory_principals`
+    grants it). For the organization's owners and admins (the caller checks).
+    """
+    from allauth.account.models import EmailAddress
+
+    from projects.models import Membership
+
+    with tenant_context(tenant_id):
+        identities = list(ExternalIdentity.objects.select_related("source").order_by("source__name", "principal"))
+        groups = list(ExternalGroup.objects.select_related("source").order_by("principal", "source__name"))
+        member_ids = list(Membership.objects.values_list("user_id", flat=True))
+    verified: dict[str, str] = {}
+    for address in EmailAddress.objects.filter(user_id__in=member_ids, verified=True).select_related("user"):
+        verified.setdefault(address.email.lower(), address.user.get_username())
+    emails_by_principal: dict[str, set[str]] = {}
+    for identity in identities:
+        if identity.email:
+            emails_by_principal.setdefault(identity.principal, set()).add(identity.email)
+    rows = []
+    for identity in identities:
+        linked_to, reason = None, ""
+        if not identity.email:
+            reason = "the source shows no email for this person"
+        elif len(emails_by_principal[identity.principal]) > 1:
+            reason = "another source reports a different email for " + identity.principal
+        elif identity.email not in verified:
+            reason = "no member of the organization has verified this email"
+        else:
+            linked_to = verified[identity.email]
+        rows.append(IdentityListing(identity, identity.source.name, linked_to, reason))
+    rows.sort(key=lambda r: (r.linked_to is not None, r.source_name, r.identity.principal))
+    return rows, groups

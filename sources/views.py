@@ -16,7 +16,7 @@ from kbportal.tenancy import tenant_context
 from projects.selectors import user_is_tenant_admin, user_tenant_id
 from sources.models import DataSource
 from sources.scheduling import source_health_list, source_sync_queue
-from sources.selectors import source_sync_allowed
+from sources.selectors import identity_list, source_sync_allowed
 from sources.webhooks import SIGNATURE_HEADER, git_push_receive
 
 
@@ -49,6 +49,21 @@ def status_page(request: HttpRequest) -> HttpResponse:
         "late": sum(1 for r in rows if r.late and r.source.enabled),
     }
     return render(request, "sources/status.html", {"rows": rows, "counts": counts})
+
+
+@login_required
+@require_GET
+def identities_page(request: HttpRequest) -> HttpResponse:
+    """``/manage/identities/``: the people and groups the organization's data sources expose
+    (Slack users, Confluence accounts and groups, ...), each identity with the member it links to
+    through a verified email, unlinked ones first with the reason. Owners and admins of the
+    tenant only (404 otherwise)."""
+    tenant_id = _admin_tenant(request)
+    if tenant_id is None:
+        return _not_found(request)
+    rows, groups = identity_list(tenant_id=tenant_id)
+    counts = {"total": len(rows), "unlinked": sum(1 for r in rows if r.linked_to is None), "groups": len(groups)}
+    return render(request, "sources/identities.html", {"rows": rows, "groups": groups, "counts": counts})
 
 
 @login_required

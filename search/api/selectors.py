@@ -231,5 +231,5 @@ def analytics_for_caller(caller: ApiCaller, *, project_slug: str | None = None, 
         project_id=project.pk if project else None,
         project_slug=project.slug if project else None,
         days=days,
-        viewer_principals=user_principals(caller.user),
+        viewer_principals=user_principals(caller.user, caller.tenant_id),
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
@@ -111,6 +111,60 @@ class IngestReport:
         self.done += units
 
 
+@dataclass
+class DirectoryPerson:
+    """A person a connector saw: the principal its rows use, the email and name it reports."""
+
+    principal: str
+    email: str = ""
+    name: str = ""
+
+
+@dataclass
+class DirectoryGroup:
+    """A group a connector saw: the principal its rows use, its name and member principals."""
+
+    principal: str
+    name: str = ""
+    members: set[str] = field(default_factory=set)
+
+
+class Directory:
+    """The people and groups a connector saw during ``iter_rows`` (``sources.models``'
+    ``ExternalIdentity`` and ``ExternalGroup``, written by the ingestion service after the run).
+
+    ``person`` merges repeated sightings (a non-empty email or name wins over an empty one; the
+    first non-empty one is kept). ``group`` adds members; ``complete_groups`` says the connector
+    read every group member list it names, so a full run may replace the stored lists.
+    """
+
+    def __init__(self) -> None:
+        self.people: dict[str, DirectoryPerson] = {}
+        self.groups: dict[str, DirectoryGroup] = {}
+
+    def person(self, principal: str, *, email: str | None = "", name: str | None = "") -> None:
+        principal = principal.strip()
+        if not principal:
+            return
+        email = (email or "").strip().lower()
+        if email and ("@" not in email or any(c.isspace() for c in email)):
+            email = ""  # not an address: links to nobody
+        seen = self.people.setdefault(principal, DirectoryPerson(principal))
+        seen.email = seen.email or email[:254]
+        seen.name = seen.name or (name or "").strip()[:200]
+
+    def group(self, principal: str, *, name: str = "", members: Iterable[str] = ()) -> None:
+        principal = principal.strip()
+        if not principal:
+            return
+        seen = self.groups.setdefault(principal, DirectoryGroup(principal))
+        seen.name = seen.name or name.strip()[:255]
+        seen.members.update(m.strip() for m in members if m and m.strip())
+
+    def __bool__(self) -> bool:
+        return bool(self.people or self.groups)
+
+
 class Connector(ABC):
     """A data-source kind. Subclasses set ``kind``, ``config_model`` and implement ``iter_rows``."""
 
@@ -119,6 +173,8 @@ class Connector(ABC):
 
     def __init__(self, config: dict[str, Any], *, include: list[str] | None = None, exclude: list[str] | None = None):
         self.config = self.config_model.model_validate(config)
+        # The people and groups seen while reading (see :class:`Directory`).
+        self.directory = Directory()
         self.include = list(include or [])
         self.exclude = list(exclude or [])
 

@@ -6,7 +6,8 @@ the project calls.
 - :mod:`sources.services.ingestion`: full runs and partial updates of live sources, idempotent
   and resumable (rows upserted by external id and compared by content hash);
 - :mod:`sources.services.term_stats`: the lexeme statistics and champion lists retrieval reads;
-- :mod:`sources.services.slack_live`: live Slack events applied to a source's rows.
+- :mod:`sources.services.slack_live`: live Slack events applied to a source's rows;
+- :mod:`sources.services.directory`: the people and groups a source exposes.
 """
 
 from sources.services.catalog import (
@@ -17,6 +18,7 @@ from sources.services.catalog import (
     source_secrets_rotate,
     source_update_config,
 )
+from sources.services.directory import source_directory_store
 from sources.services.ingestion import (
     BATCH_SIZE,
     MAX_CONTENT_CHARS,
@@ -46,6 +48,7 @@ __all__ = [
     "slack_message_purge",
     "slack_thread_refresh",
     "source_create",
+    "source_directory_store",
     "source_ingest",
     "source_label",
     "source_refresh_champions",

@@ -25,6 +25,7 @@ from sources.embeddings import Embedder, get_embedder
 from sources.models import DataSource, Document, IngestionRun
 from sources.scheduling import run_claim, run_refuse, source_health_record, source_run_lock
 from sources.services.catalog import source_label
+from sources.services.directory import source_directory_store
 from sources.services.term_stats import (
     indexed_rows_adjust,
     source_refresh_embedding_duplicates,
@@ -362,6 +363,8 @@ def _source_ingest(
         batcher.flush()
         with tenant_context(tenant_id):
             _link_parents(source_id)
+            # The people and groups the connector saw; a full run's replace the stored ones.
+            source_directory_store(source_id=source_id, directory=connector.directory, replace=not partial)
             # Rows the connector no longer yields. Unchanged rows are not rewritten (that would
             # touch every index, the HNSW one included); the seen ids decide instead.
             # An incremental run yields only what changed: the rows it did not yield stay.

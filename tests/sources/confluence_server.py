@@ -18,6 +18,9 @@ restriction to its author and the group ``<space>-leads``. :meth:`ConfluenceWorl
   ``limit_cap``, ``expand``: only what is asked for is expanded), answering ``results``,
   ``start``, ``limit``, ``size`` and ``_links`` with ``next`` while more pages remain, ordered by id;
 - ``GET /rest/api/content/{id}`` with ``expand``;
+- ``GET /rest/api/group/member?name=`` (``start``, ``limit``): a group's members as user objects,
+  paged with ``_links.next``; 404 for a group the site does not have (``ConfluenceWorld.groups``,
+  where every group a restriction names exists, empty unless given members);
 - auth ``Basic base64(email:token)`` or ``Bearer token``, else 401 (with ``echo_credentials``
   the message quotes the header); armed 429s with ``Retry-After`` (:meth:`FakeConfluence.rate_limit`).
 """
@@ -88,6 +91,7 @@ class ConfluenceWorld:
     pages: dict[str, dict[str, Any]] = field(default_factory=dict)
     parents: dict[str, str] = field(default_factory=dict)
     by_file: dict[str, str] = field(default_factory=dict)  # ERB file stem -> page id
+    groups: dict[str, list[str]] = field(default_factory=dict)  # group name -> member names
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def ancestors(self, page_id: str) -> list[dict[str, Any]]:
@@ -105,6 +109,8 @@ class ConfluenceWorld:
     def restrict(self, page_id: str, users: list[str], groups: list[str]) -> None:
         read = self.pages[page_id]["restrictions"]["read"]["restrictions"]
         read["user"] = {"results": [person(u) for u in users], "start": 0, "limit": 200, "size": len(users)}
+        for g in groups:
+            self.groups.setdefault(g, [])
         read["group"] = {"results": [{"type": "group", "name": g, "id": f"g-{g}"} for g in groups], "start": 0,
                          "limit": 200, "size": len(groups)}  # fmt: skip
 
@@ -242,6 +248,21 @@ class FakeConfluence(JsonServer):
                     links["next"] = f"/rest/api/content?{urlencode({**query, 'start': start + size, 'limit': size})}"
                 body = {"results": chunk, "start": start, "limit": size, "size": len(chunk), "_links": links}
                 return answer(200, body)
+            if path == "/wiki/rest/api/group/member":
+                group = query.get("name", "")
+                if group not in self.world.groups:
+                    return answer(404, {"statusCode": 404, "message": f"No group found with name : {group}"})
+                members = [person(n) for n in self.world.groups[group]]
+                start, size = int(query.get("start", "0")), min(int(query.get("limit", "25")), self.limit_cap)
+                links = {"base": self.base_url, "context": "/wiki"}
+                if start + size < len(members):
+                    links["next"] = (
+                        f"/rest/api/group/member?{urlencode({**query, 'start': start + size, 'limit': size})}"
+                    )
+                chunk = members[start : start + size]
+                return answer(
+                    200, {"results": chunk, "start": start, "limit": size, "size": len(chunk), "_links": links}
+                )
             if m := re.fullmatch(r"/wiki/rest/api/content/(\d+)", path):
                 page = self.world.pages.get(m.group(1))
                 if page is None:

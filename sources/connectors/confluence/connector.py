@@ -91,12 +91,57 @@ class ConfluenceConnector(Connector):
             if not self.path_allowed(f"{page.space}/{page.title}"):
                 continue
             principals = effective_principals(page, self._ancestor_restrictions(page))
+            self._record_people(page, principals)
             yield from page_rows(
                 page,
                 principals,
                 max_section_chars=self.config.max_section_chars,
                 min_section_chars=self.config.min_section_chars,
             )
+
+        if not self.config.path:
+            self._read_groups(report)
+
+    def _record_people(self, page: Page, principals: list[str]) -> None:
+        """Put the users of the page's own read restriction and the groups of its effective one
+        (``principals``, which may come from an ancestor) in ``self.directory``."""
+        for user in page.restriction_users:
+            principal = user_principal(user)
+            if principal:
+                self.directory.person(principal, email=str(user.get("email") or ""), name=display_name(user))
+        for principal in principals:
+            if principal.startswith("group:"):
+                self.directory.group(principal, name=principal.removeprefix("group:"))
+
+    def _read_groups(self, report: IngestReport) -> None:
+        """Read the members of every group a restriction named (``GET /rest/api/group/member?name=``,
+        paged), into ``self.directory``. A group whose members cannot be read (no permission, a
+        group that is gone) is dropped from the directory and ``report.skip``-ped: nobody is
+        then known to be in it, so its pages stay closed to everyone but the users they name."""
+        for principal in sorted(self.directory.groups):
+            name = principal.removeprefix("group:")
+            members: set[str] = set()
+            url: str = "/rest/api/group/member"
+            params: dict[str, Any] | None = {"name": name, "start": 0, "limit": self.config.page_size}
+            try:
+                while url:
+                    answer = self.client.get_json(url, params)
+                    if not isinstance(answer, dict) or not isinstance(answer.get("results"), list):
+                        raise ConnectorError(f"Confluence group {name!r} members: expected an object with 'results'")
+                    for user in answer["results"]:
+                        member = user_principal(user)
+                        if member:
+                            members.add(member)
+                            self.directory.person(member, email=str(user.get("email") or ""), name=display_name(user))
+                    url, params = self._next(answer), None
+            except AtlassianError as exc:
+                if exc.status not in (403, 404):
+                    raise
+                del self.directory.groups[principal]
+                reason = f"its members could not be read (HTTP {exc.status}); nobody is taken to be in it"
+                report.skip(principal, reason)
+                continue
+            self.directory.group(principal, name=name, members=members)
 
     # -- REST -----------------------------------------------------------------------------------
 
@@ -185,6 +230,12 @@ class ConfluenceConnector(Connector):
             ancestors=ancestors,
             labels=[str(lb.get("name")) for lb in labels if isinstance(lb, dict) and lb.get("name")],
             restriction=read_restriction(restrictions),
+            restriction_users=[
+                u
+                for u in (((restrictions.get("read") or {}).get("restrictions") or {}).get("user") or {}).get("results")
+                or []
+                if isinstance(u, dict)
+            ],
         )
 
     def _ancestor_restrictions(self, page: Page) -> dict[str, frozenset[str] | None]:
@@ -313,6 +364,13 @@ def read_restriction(restrictions: Any) -> frozenset[str] | None:
     if not users and not groups:
         return None
     return frozenset(allowed)
+
+
+def display_name(user: Any) -> str:
+    """A Confluence user's name (``displayName``, else ``publicName``, else ``username``)."""
+    if not isinstance(user, dict):
+        return ""
+    return str(user.get("displayName") or user.get("publicName") or user.get("username") or "").strip()
 
 
 def display(user: Any) -> str:

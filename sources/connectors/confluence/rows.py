@@ -54,6 +54,7 @@ class Page:
     ancestors: list[tuple[str, str]] = field(default_factory=list)  # (id, title), root first
     labels: list[str] = field(default_factory=list)
     restriction: frozenset[str] | None = None  # None: no read restriction of its own
+    restriction_users: list[dict[str, Any]] = field(default_factory=list)  # its restriction's user objects
 
 
 def effective_principals(page: Page, ancestor_restrictions: dict[str, frozenset[str] | None]) -> list[str]:

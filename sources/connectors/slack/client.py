@@ -46,7 +46,8 @@ class SlackRateLimited(SlackError):
 
 
 class _UserNames:
-    """Process-wide cache of user id -> display name (or ``None`` for unknown), with a TTL.
+    """Process-wide cache of user id -> (display name or ``None`` for unknown, profile email or
+    ``""``), with a TTL.
 
     Each live refresh builds a new client, so names are cached across clients by token digest
     and base URL: a thread's authors cost one ``users.info`` each per hour, not per event.
@@ -54,19 +55,19 @@ class _UserNames:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[str, str], tuple[float, str | None]] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str], tuple[float, tuple[str | None, str]]] = OrderedDict()
 
-    def get(self, key: tuple[str, str]) -> tuple[bool, str | None]:
+    def get(self, key: tuple[str, str]) -> tuple[bool, tuple[str | None, str]]:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None or entry[0] < time.monotonic():
-                return False, None
+                return False, (None, "")
             self._entries.move_to_end(key)
             return True, entry[1]
 
-    def put(self, key: tuple[str, str], name: str | None) -> None:
+    def put(self, key: tuple[str, str], profile: tuple[str | None, str]) -> None:
         with self._lock:
-            self._entries[key] = (time.monotonic() + USER_CACHE_SECONDS, name)
+            self._entries[key] = (time.monotonic() + USER_CACHE_SECONDS, profile)
             self._entries.move_to_end(key)
             while len(self._entries) > USER_CACHE_SIZE:
                 self._entries.popitem(last=False)
@@ -192,26 +193,35 @@ class SlackClient:
         ``None`` for a user Slack does not know (``user_not_found``, another workspace) or when
         the token lacks ``users:read``: the transcript then shows the id.
         """
+        return self.user_profile(user_id)[0]
+
+    def user_profile(self, user_id: str) -> tuple[str | None, str]:
+        """``(name, email)`` of a user from ``users.info``, cached as :meth:`user_name` says.
+
+        ``email`` is the profile's address (lower-cased), ``""`` when Slack shows none (the token
+        lacks ``users:read.email``, a bot) or does not know the user.
+        """
         key = (self._cache_scope, user_id)
-        found, name = _USER_NAMES.get(key)
+        found, profile = _USER_NAMES.get(key)
         if found:
-            return name
+            return profile
         try:
             user = self._call("users_info", user=user_id).get("user") or {}
         except SlackRateLimited:
             raise
         except SlackError as exc:
             if exc.error in ("user_not_found", "missing_scope", "not_allowed_token_type", "bot_not_found"):
-                _USER_NAMES.put(key, None)
-                return None
+                _USER_NAMES.put(key, (None, ""))
+                return None, ""
             raise
-        profile = user.get("profile") or {}
+        fields = user.get("profile") or {}
         name = (
-            profile.get("real_name") or user.get("real_name") or profile.get("display_name") or user.get("name") or None
+            fields.get("real_name") or user.get("real_name") or fields.get("display_name") or user.get("name") or None
         )
         name = str(name).strip() if name else None
-        _USER_NAMES.put(key, name or None)
-        return name or None
+        email = str(fields.get("email") or "").strip().lower()
+        _USER_NAMES.put(key, (name or None, email))
+        return name or None, email
 
 
 class LazyUserNames:

@@ -127,6 +127,7 @@ class SlackConnector(Connector):
                 report.advance()
                 continue
             messages = self._backfill_messages(channel, report)
+            self._record_members(channel)
             report.advance()
             yield from channel_rows(
                 channel,
@@ -136,6 +137,14 @@ class SlackConnector(Connector):
                 mark_bots=True,
                 distiller=self.distiller,
             )
+
+    def _record_members(self, channel: SlackChannel) -> None:
+        """Put a private channel's members in ``self.directory`` as ``slack:<id>`` with the name
+        and email ``users.info`` gives (cached), so the people its rows name can be linked to
+        portal users. Public channels' rows name nobody, so their members are not looked up."""
+        for member in channel.members:
+            name, email = self.client.user_profile(member)
+            self.directory.person(f"slack:{member}", email=email, name=name or "")
 
     def _backfill_messages(self, channel: SlackChannel, report: IngestReport) -> list[SlackMessage]:
         renderer = self._renderer()

@@ -126,7 +126,9 @@ class SlackExportConnector(Connector):
         return sorted(channels.values(), key=lambda c: c.name)
 
     def _load_users(self, export: SlackExport, report: IngestReport) -> dict[str, str]:
-        """User id -> the name shown in transcripts: real name, else display name, else handle."""
+        """User id -> the name shown in transcripts: real name, else display name, else handle.
+
+        Each user is also recorded in ``self.directory`` as ``slack:<id>`` with its profile email."""
         names: dict[str, str] = {}
         for entry in self._load_list(export, "users.json", required=False, report=report):
             if not isinstance(entry, dict) or not entry.get("id"):
@@ -141,6 +143,10 @@ class SlackExportConnector(Connector):
                 or entry["id"]
             )
             names[str(entry["id"])] = str(name).strip() or str(entry["id"])
+            # The profile email (present when the export was made with it) links this Slack user
+            # to a portal user with the same verified address (``ExternalIdentity``).
+            user_id = str(entry["id"])
+            self.directory.person(f"slack:{user_id}", email=str(profile.get("email") or ""), name=names[user_id])
         return names
 
     def _iter_rows(self, export: SlackExport, report: IngestReport) -> Iterator[DocumentRow]:
