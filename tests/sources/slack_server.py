@@ -478,6 +478,7 @@ class FakeSlack:
                 "real_name": profile.get("real_name") or "", "is_bot": False,
                 "profile": {
                     "real_name": profile.get("real_name") or "", "display_name": profile.get("display_name") or "",
+                    **({"email": profile["email"]} if profile.get("email") else {}),  # with users:read.email
                 },
             },
         }  # fmt: skip

@@ -42,7 +42,7 @@ from search.retrieval import hybrid_search
 from sources.connectors.base import ConnectorError
 from sources.connectors.slack.events import parse_event
 from sources.embeddings import get_embedder
-from sources.models import Document, SlackEventSeen
+from sources.models import Document, ExternalIdentity, SlackEventSeen
 from sources.selectors import QueryScope, scope_for_operator
 from sources.services import source_create, source_ingest
 from sources.tasks import slack_refresh_thread
@@ -244,6 +244,9 @@ def _line_prefix(ts: str, name: str) -> str:
 def test_backfill_threads_conversations_bots_private_channel_and_429(tenant, slack, corpus, capsys):
     slack.rate_limit("conversations.history", retry_after=1)
     slack.rate_limit("conversations.replies", retry_after=1)
+    # One private-channel member's profile shows an email (a token with users:read.email).
+    shown = _authors(corpus, PRIVATE)[0]
+    slack.world.users[shown] = {**slack.world.users.get(shown, {}), "email": "Shown.Member@clojurians.test"}
     source = _source(tenant, slack, BACKFILL_CHANNELS)
     get_embedder().embed(["load the model before the clock starts"])
     started = time.perf_counter()
@@ -302,6 +305,12 @@ def test_backfill_threads_conversations_bots_private_channel_and_429(tenant, sla
     holding = {d.content for d in private_rows if probe in d.content}
     assert not holding & set(_search_contents(tenant, probe))
     assert holding & set(_search_contents(tenant, probe, principals=(members[0],)))
+    # The private channel's members are the source's identities, with what users.info shows.
+    with tenant_context(tenant.tenant.pk):
+        identities = {i.principal: i for i in ExternalIdentity.objects.filter(source=source)}
+    assert set(identities) == set(members)
+    assert identities[f"slack:{shown}"].email == "shown.member@clojurians.test"
+    assert all(i.email == "" for p, i in identities.items() if p != f"slack:{shown}")
 
     print(
         f"\nslack backfill: {len(rows)} rows ({kept} messages) from {len(BACKFILL_CHANNELS)} channels, "
