@@ -51,6 +51,8 @@ ACCOUNTS = {
     "kim": {"email": f"kim@{GLOBEX_DOMAIN}", "email_verified": True, "name": "Kim Globex"},
     "olga": {"email": f"olga@{ACME_DOMAIN}", "email_verified": True, "name": "Olga Operator"},
     "mallory": {"email": "mallory@nowhere.test", "email_verified": True, "name": "Mallory"},
+    "pia": {"email": f"pia@{ACME_DOMAIN}", "email_verified": True, "name": "Pia Private"},
+    "quentin": {"email": f"quentin@{ACME_DOMAIN}", "email_verified": True, "name": "Quentin Outside"},
 }
 
 
@@ -468,6 +470,52 @@ def test_sso_users_read_only_their_own_tenants_documents(world):
     assert "SSO Globex handbook" in search(globex_session, GLOBEX_MARKER)
     assert "SSO Acme handbook" not in search(globex_session, ACME_MARKER)
     assert "SSO Acme handbook" not in search(globex_session, "handbook")
+
+
+def test_a_private_slack_channel_reaches_its_member_after_sso_sign_in_until_removed(world, tmp_path):
+    """The Slack export names Pia's Slack user with the address her provider verifies: after signing
+    in through SSO she reads the private channel's messages; Quentin, in the workspace but not the
+    channel, does not; after a sync that no longer lists her in the channel, neither does she."""
+    import json
+
+    from sources.services import source_create, source_ingest
+
+    marker = "NARWHAL-3141 is the offsite budget code"
+
+    def export(members: list[str]) -> None:
+        (tmp_path / "channels.json").write_text(json.dumps([{"id": "C0SSOGEN1", "name": "general", "members": []}]))
+        (tmp_path / "groups.json").write_text(json.dumps([{"id": "G0SSOEXEC", "name": "exec", "members": members}]))
+        users = [{"id": uid, "name": login, "profile": {"real_name": ACCOUNTS[login]["name"],
+                                                        "email": ACCOUNTS[login]["email"]}}
+                 for uid, login in (("U0SSOPIA1", "pia"), ("U0SSOQUE1", "quentin"))]  # fmt: skip
+        (tmp_path / "users.json").write_text(json.dumps(users))
+        for channel, text in (("exec", f"{marker}, keep it in this channel."), ("general", "Welcome, everyone.")):
+            (tmp_path / channel).mkdir(exist_ok=True)
+            message = {"type": "message", "user": "U0SSOPIA1", "text": text, "ts": "1704880800.000100"}
+            (tmp_path / channel / "2024-01-10.json").write_text(json.dumps([message]))
+
+    export(["U0SSOPIA1"])
+    source = source_create(
+        tenant_id=world.acme.tenant.pk, kind="slack_export", name="Acme Slack (SSO test)",
+        config={"path": str(tmp_path)}, project_ids=[world.acme.project.pk],
+    )  # fmt: skip
+    assert source_ingest(tenant_id=world.acme.tenant.pk, source_id=source.pk).status == "succeeded"
+
+    def reads(session) -> bool:
+        page = session.get(f"{world.portal}/search/", params={"q": "NARWHAL-3141 offsite budget"}, timeout=60)
+        assert page.status_code == 200
+        return "keep it in this channel" in page.text
+
+    pia, final, _ = sso_login(world, "acme-idp", "pia")
+    assert final.status_code == 200
+    quentin, final, _ = sso_login(world, "acme-idp", "quentin")
+    assert final.status_code == 200
+    assert reads(pia)
+    assert not reads(quentin)
+
+    export([])
+    assert source_ingest(tenant_id=world.acme.tenant.pk, source_id=source.pk).status == "succeeded"
+    assert not reads(pia)
 
 
 def test_failed_round_trip_is_a_failed_login_in_the_providers_tenant(world):
