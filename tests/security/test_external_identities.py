@@ -249,3 +249,30 @@ def test_identity_list_is_for_the_organizations_admins_and_shows_only_its_own(ac
     assert other.status_code == 200 and PAT not in other.content.decode() and "WALRUS" not in other.content.decode()
     anonymous = Client().get(page)
     assert anonymous.status_code == 302 and "/accounts/login/" in anonymous["Location"]
+
+
+def test_git_authors_are_listed_and_link_only_through_a_verified_address(acme, tmp_path):
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    for author, email, name in (("Ada Author", "Ada@Acme.test", "a.py"), ("Bo Builder", "bo@acme.test", "b.py")):
+        (repo / name).write_text(f"def {name[0]}():\n    return 1\n")
+        subprocess.run(["git", "-C", str(repo), "add", name], check=True)
+        env = {"GIT_AUTHOR_NAME": author, "GIT_AUTHOR_EMAIL": email, "GIT_COMMITTER_NAME": author,
+               "GIT_COMMITTER_EMAIL": email, "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}  # fmt: skip
+        subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", f"add {name}"], check=True, env=env)
+    source = source_create(
+        tenant_id=acme.tenant.pk, kind="git", name="Repo", config={"path": str(repo)}, project_ids=[acme.project.pk]
+    )
+    assert source_ingest(tenant_id=acme.tenant.pk, source_id=source.pk).status == "succeeded"
+    _person(acme, "ada", "ada@acme.test")
+    _person(acme, "bo", "bo@acme.test", verified=False)
+    admin = Client()
+    admin.force_login(acme.admin)
+    body = admin.get("/manage/identities/").content.decode()
+    ada_row = body.split('data-principal="email:ada@acme.test"', 1)[1].split("</tr>", 1)[0]
+    bo_row = body.split('data-principal="email:bo@acme.test"', 1)[1].split("</tr>", 1)[0]
+    assert ">ada<" in ada_row and "Ada Author" in ada_row
+    assert "unlinked: no member of the organization has verified this email" in bo_row

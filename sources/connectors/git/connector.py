@@ -453,6 +453,10 @@ class GitConnector(Connector):
             if len(commit.files) > len(listed):
                 content += f"\n... and {len(commit.files) - len(listed)} more"
         url = f"{self.config.url_base}/commit/{commit.sha}" if self.config.url_base else f"commit/{commit.sha}"
+        if commit.author_email:  # the repository's people, for the organization's identity list
+            self.directory.person(
+                f"email:{commit.author_email.lower()}", email=commit.author_email, name=commit.author_name
+            )
         return DocumentRow(
             external_id=f"commit:{commit.sha}",
             kind="commit",

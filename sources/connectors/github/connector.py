@@ -108,6 +108,13 @@ class GitHubConnector(Connector):
                 report.advance()
                 continue
             report.advance()
+            for login in (
+                row.metadata.get("author"),
+                *row.metadata.get("commenters", []),
+                *row.metadata.get("reviewers", []),
+            ):
+                if login:  # GitHub shows no emails here: listed, linked to nobody
+                    self.directory.person(f"github:{login}", name=str(login))
             yield row
 
     def _row(self, item: dict[str, Any], *, is_pr: bool) -> DocumentRow:

@@ -188,6 +188,19 @@ class JiraConnector(Connector):
             if not items or (isinstance(total, int) and start >= total):
                 return
 
+    def _record_person(self, user: Any) -> None:
+        """Put a Jira user object in ``self.directory``: ``email:<address>`` when Jira shows the
+        address, else ``jira:<accountId or name>`` (listed, but linked to nobody)."""
+        if not isinstance(user, dict):
+            return
+        email = str(user.get("emailAddress") or "").strip()
+        ident = str(user.get("accountId") or user.get("name") or "").strip()
+        name = str(user.get("displayName") or "").strip()
+        if email:
+            self.directory.person(f"email:{email.lower()}", email=email, name=name)
+        elif ident:
+            self.directory.person(f"jira:{ident}", name=name)
+
     def _api_issue(self, item: Any, api: str) -> Issue:
         if not isinstance(item, dict):
             raise MalformedIssue("not a JSON object")
@@ -203,6 +216,8 @@ class JiraConnector(Connector):
         for name in ("labels", "components"):
             if fields.get(name) is not None and not isinstance(fields.get(name), list):
                 raise MalformedIssue(f"'fields.{name}' is not a list")
+        for user in (fields.get("assignee"), fields.get("reporter")):
+            self._record_person(user)
         issue = Issue(
             id=str(item.get("id") or key),
             key=key.strip(),
