@@ -78,10 +78,13 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.postgres",
+    "django.contrib.humanize",  # allauth.usersessions' /accounts/sessions/ page
     "allauth",
     "allauth.account",
     "allauth.socialaccount",
     "allauth.socialaccount.providers.openid_connect",
+    # Each signed-in session per user, so removing a member ends their sessions at once.
+    "allauth.usersessions",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",

@@ -1,6 +1,27 @@
 from django.apps import AppConfig
 
 
+def session_record(sender, request=None, user=None, **kwargs) -> None:
+    """Record every sign-in's session in ``allauth.usersessions`` (allauth records only its own
+    login flows; Django's ``login()`` from an invitation, the admin or a test client too), so
+    removing a member can end all of their sessions (``projects.people.member_remove``)."""
+    from allauth.usersessions.models import UserSession
+
+    session = getattr(request, "session", None)
+    if session is None or user is None or getattr(user, "pk", None) is None:
+        return
+    if not session.session_key:
+        session.save()
+    UserSession.objects.update_or_create(
+        session_key=session.session_key,
+        defaults={
+            "user": user,
+            "ip": request.META.get("REMOTE_ADDR") or "0.0.0.0",
+            "user_agent": request.META.get("HTTP_USER_AGENT", "")[:200],
+        },
+    )
+
+
 class ProjectsConfig(AppConfig):
     name = "projects"
     verbose_name = "Tenants and projects"
@@ -8,7 +29,10 @@ class ProjectsConfig(AppConfig):
     def ready(self) -> None:
         # The base floor's audit log asks this floor which tenant a user works in (login and
         # logout events); it cannot import projects itself.
+        from django.contrib.auth.signals import user_logged_in
+
         from kbportal.audit import audit_register_user_tenant
         from projects.selectors import user_tenant_id
 
         audit_register_user_tenant(user_tenant_id)
+        user_logged_in.connect(session_record, dispatch_uid="projects.session_record")

@@ -151,3 +151,33 @@ class ApiToken(TenantOwned):
 
     def __str__(self) -> str:
         return f"{self.name} (kb_{self.prefix}_…)"
+
+
+class Invitation(TenantOwned):
+    """An invitation to join the organization with a role, sent to an email address.
+
+    The link ``/invite/<tenant slug>/<token>/`` carries a secret token; only its SHA-256 hex digest
+    is stored. It is accepted once, before ``expires_at``, by a signed-in user who has verified
+    ``email``, or by a new account created from the link (holding the link proves the address,
+    so that account's address is stored as verified).
+    """
+
+    email = models.EmailField()
+    role = models.CharField(max_length=16, choices=Membership.Role.choices, default=Membership.Role.MEMBER)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.email} as {self.role}"

@@ -1,16 +1,33 @@
-"""Onboarding (join or create an organization, pick the default project that scopes queries) and
-each user's own API tokens."""
+"""Onboarding (join or create an organization, pick the default project that scopes queries),
+each user's own API tokens, and the organization's people at ``/manage/people/`` with the
+invitation link they are sent."""
 
 from __future__ import annotations
 
 from django import forms
 from django.contrib import messages
+from django.contrib.auth import login, password_validation
 from django.contrib.auth.decorators import login_required
+from django.core.mail import send_mail
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from projects.models import Tenant
+from projects.models import Membership, Tenant
+from projects.people import (
+    INVITATION_DAYS,
+    PeopleError,
+    invitation_accept,
+    invitation_get,
+    invitation_revoke,
+    member_invite,
+    member_remove,
+    member_set_role,
+    people_list,
+    user_for_invitation,
+)
 from projects.selectors import (
     api_token_get_for_user,
     api_token_list_for_user,
@@ -145,3 +162,148 @@ def token_revoke(request: HttpRequest, prefix: str) -> HttpResponse:
     api_token_revoke(token=token)
     messages.success(request, f"Token “{token.name}” (kb_{token.prefix}) is revoked.")
     return redirect("projects:tokens")
+
+
+# ---------- /manage/: the organization's people, for its owners and admins -------------------------
+
+
+def _managed_tenant(request: HttpRequest) -> int:
+    """The user's tenant when they are one of its owners or admins; 404 otherwise (as /audit/:
+    members and people of other organizations are not told the page exists)."""
+    tenant_id = user_tenant_id(request.user)
+    if tenant_id is None or not user_is_tenant_admin(request.user, tenant_id):
+        raise Http404("no such page")
+    return tenant_id
+
+
+class InviteForm(forms.Form):
+    email = forms.EmailField(label="Email address")
+    role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.MEMBER, label="Role")
+
+
+@login_required
+def manage_home(request: HttpRequest) -> HttpResponse:
+    """``/manage/``: the organization's admin pages, for its owners and admins (404 otherwise)."""
+    tenant_id = _managed_tenant(request)
+    return render(request, "projects/manage.html", {"tenant": Tenant.objects.get(pk=tenant_id)})
+
+
+@login_required
+def manage_people(request: HttpRequest) -> HttpResponse:
+    """``/manage/people/``: members with their roles, pending invitations, and the invite form.
+
+    POST ``action=invite`` (email, role) creates an invitation, mails its link and shows it once;
+    ``action=role`` (user, role), ``action=remove`` (user) and ``action=withdraw`` (invitation)
+    go through :mod:`projects.people`, whose refusals are shown as errors.
+    """
+    tenant_id = _managed_tenant(request)
+    tenant = Tenant.objects.get(pk=tenant_id)
+    form = InviteForm(request.POST if request.POST.get("action") == "invite" else None)
+    link = None
+    if request.method == "POST":
+        action = request.POST.get("action")
+        try:
+            if action == "invite":
+                if form.is_valid():
+                    invitation, token = member_invite(
+                        tenant_id=tenant_id, actor_user=request.user, email=form.cleaned_data["email"],
+                        role=form.cleaned_data["role"],
+                    )  # fmt: skip
+                    link = request.build_absolute_uri(reverse("projects:invitation", args=[tenant.slug, token]))
+                    send_mail(
+                        f"You are invited to {tenant.name} on kbportal",
+                        f"{request.user.get_username()} invited you to join {tenant.name} as {invitation.role}.\n\n"
+                        f"Open this link within {INVITATION_DAYS} days to join:\n{link}\n",
+                        None, [invitation.email], fail_silently=True,
+                    )  # fmt: skip
+                    messages.success(request, f"Invited {invitation.email} as {invitation.role}.")
+                    form = InviteForm()
+            elif action in ("role", "remove"):
+                user_id = _int(request.POST.get("user"))
+                if action == "role":
+                    member_set_role(
+                        tenant_id=tenant_id, actor_user=request.user, user_id=user_id, role=request.POST.get("role", "")
+                    )
+                    messages.success(request, "Role changed.")
+                else:
+                    done = member_remove(tenant_id=tenant_id, actor_user=request.user, user_id=user_id)
+                    messages.success(
+                        request,
+                        f"Removed; {done['tokens_revoked']} API token(s) revoked, "
+                        f"{done['sessions_ended']} session(s) ended.",
+                    )
+                return redirect("projects:manage_people")
+            elif action == "withdraw":
+                invitation_revoke(
+                    tenant_id=tenant_id, actor_user=request.user, invitation_id=_int(request.POST.get("invitation"))
+                )
+                messages.success(request, "Invitation withdrawn.")
+                return redirect("projects:manage_people")
+            else:
+                messages.error(request, "Unknown action.")
+        except PeopleError as exc:
+            messages.error(request, str(exc))
+    members, pending = people_list(tenant_id=tenant_id)
+    context = {"tenant": tenant, "members": members, "pending": pending, "form": form, "link": link,
+               "roles": Membership.Role.choices}  # fmt: skip
+    response = render(request, "projects/people.html", context)
+    if link:
+        response["Cache-Control"] = "no-store"  # the invitation's secret is on this page only
+    return response
+
+
+def _int(value: str | None) -> int:
+    try:
+        return int(value or "")
+    except ValueError:
+        raise PeopleError("no such member or invitation") from None
+
+
+class InvitationSignupForm(forms.Form):
+    username = forms.CharField(max_length=150, label="Username")
+    password1 = forms.CharField(widget=forms.PasswordInput, label="Password")
+    password2 = forms.CharField(widget=forms.PasswordInput, label="Password again")
+
+    def clean(self):
+        data = super().clean()
+        if data.get("password1") != data.get("password2"):
+            raise forms.ValidationError("The two passwords differ.")
+        if data.get("password1"):
+            password_validation.validate_password(data["password1"])
+        return data
+
+
+def invitation(request: HttpRequest, tenant_slug: str, token: str) -> HttpResponse:
+    """``/invite/<tenant slug>/<token>/``: accept an invitation. Signed in (with the invited
+    address verified): one button. Anonymous: create an account for the invited address, or sign
+    in first. An invalid, used or expired link: 404 with the reason."""
+    try:
+        found = invitation_get(tenant_slug=tenant_slug, token=token)
+    except PeopleError as exc:
+        return render(request, "search/not_found.html", {"message": str(exc)}, status=404)
+    tenant = Tenant.objects.get(pk=found.tenant_id)
+    form = InvitationSignupForm(request.POST or None) if not request.user.is_authenticated else None
+    error = None
+    if request.method == "POST":
+        try:
+            if request.user.is_authenticated:
+                invitation_accept(tenant_slug=tenant_slug, token=token, user=request.user)
+            elif form is not None and form.is_valid():
+                with transaction.atomic():
+                    user = user_for_invitation(
+                        username=form.cleaned_data["username"], password=form.cleaned_data["password1"],
+                        email=found.email,
+                    )  # fmt: skip
+                    invitation_accept(tenant_slug=tenant_slug, token=token, user=user, new_account=True)
+                login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+            else:
+                raise PeopleError("")
+            messages.success(request, f"Welcome to {tenant.name}. Pick your default project if you like.")
+            return redirect("projects:onboarding")
+        except PeopleError as exc:
+            error = str(exc) or None
+    context = {"tenant": tenant, "invitation": found, "form": form, "error": error}
+    response = render(request, "projects/invitation.html", context)
+    response["Cache-Control"] = "no-store"
+    response["Referrer-Policy"] = "no-referrer"  # the token is in this page's address
+    return response

@@ -340,6 +340,10 @@ def _values_for(iso: Iso, name: str, kind: str, public: bool, admin: bool = Fals
         from projects.selectors import api_token_parse
 
         return [(api_token_parse(iso.tokens["owner"])[0], "private")]
+    if n == "tenant_slug":  # an invitation link: iso-b's slug with a token nobody was sent
+        return [("iso-b", "tenant")]
+    if n == "token":
+        return [("zz9-no-such-invitation", "tenant")]
     if n == "slug" and kind in ("SlugConverter", "StringConverter", "regex"):
         return [(iso.restricted.slug, "project"), (iso.restricted_source.slug, "project")]
     if n in ("object_id", "pk", "id") and int_like:  # the admin's change/delete/history pages

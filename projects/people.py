@@ -1,0 +1,261 @@
+"""The organization's people, as its owners and admins manage them from ``/manage/people/``:
+invite by email with a role, accept an invitation, change a role, remove a member.
+
+Every write runs in the tenant's context (row-level security) and records one audit event with
+its actor in the same transaction. Rules (each raises :class:`PeopleError` with a message that
+says what was refused):
+
+- owners and admins manage people; only an owner grants, changes or removes the ``owner`` role;
+- the last owner cannot be demoted or removed (the organization would have nobody to run it);
+- nobody changes or removes themselves here (an owner leaves by handing the role on first).
+
+Removing a member deletes their membership and project memberships in this organization, revokes
+their API tokens of this organization and ends their signed-in sessions (``allauth.usersessions``)
+at once; their account stays, with any other organization's membership.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+
+from allauth.account.models import EmailAddress
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.db import transaction
+from django.utils import timezone
+
+from kbportal.audit import audit_record
+from kbportal.tenancy import tenant_context
+from projects.models import ApiToken, Invitation, Membership, Profile, ProjectMember, Tenant
+from projects.selectors import project_queryset_readable
+
+INVITATION_DAYS = 7
+_ROLES = {r.value for r in Membership.Role}
+
+
+class PeopleError(ValueError):
+    """A people-management request was refused; the message says why."""
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acts: a user and their role in the tenant."""
+
+    user: object
+    role: str
+
+
+def _actor(tenant_id: int, user) -> Actor:
+    membership = Membership.objects.filter(tenant_id=tenant_id, user_id=user.pk).first()
+    if membership is None or not membership.is_admin:
+        raise PeopleError("only the organization's owners and admins manage its people")
+    return Actor(user=user, role=membership.role)
+
+
+def _check_role(role: str, actor: Actor) -> None:
+    if role not in _ROLES:
+        raise PeopleError(f"unknown role {role!r}: choose one of {', '.join(sorted(_ROLES))}")
+    if role == Membership.Role.OWNER and actor.role != Membership.Role.OWNER:
+        raise PeopleError("only an owner may make someone an owner")
+
+
+def invitation_token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def member_invite(*, tenant_id: int, actor_user, email: str, role: str) -> tuple[Invitation, str]:
+    """Invite ``email`` to the tenant as ``role``; returns ``(invitation, plain token)``.
+
+    The token (43 URL-safe characters, ~256 bits) goes into the link
+    ``/invite/<tenant slug>/<token>/`` and is not kept. Raises :class:`PeopleError` for a bad
+    address or role, or an address that already belongs to a member.
+    """
+    email = (email or "").strip().lower()
+    try:
+        validate_email(email)
+    except ValidationError:
+        raise PeopleError(f"{email!r} is not an email address") from None
+    with tenant_context(tenant_id, user_id=actor_user.pk):
+        actor = _actor(tenant_id, actor_user)
+        _check_role(role, actor)
+        member_ids = Membership.objects.values_list("user_id", flat=True)
+        if EmailAddress.objects.filter(user_id__in=list(member_ids), email__iexact=email).exists():
+            raise PeopleError(f"{email} already belongs to a member of this organization")
+        token = secrets.token_urlsafe(32)
+        invitation = Invitation.objects.create(
+            tenant_id=tenant_id,
+            email=email,
+            role=role,
+            token_hash=invitation_token_hash(token),
+            invited_by=actor_user,
+            expires_at=timezone.now() + timedelta(days=INVITATION_DAYS),
+        )
+        audit_record(
+            action="member.invite", tenant_id=tenant_id, actor=actor_user, object_type="projects.invitation",
+            object_id=invitation.pk, data={"email": email, "role": role, "expires_at": invitation.expires_at},
+        )  # fmt: skip
+    return invitation, token
+
+
+def invitation_revoke(*, tenant_id: int, actor_user, invitation_id: int) -> None:
+    """Withdraw a pending invitation. Raises :class:`PeopleError` when there is none to withdraw."""
+    with tenant_context(tenant_id, user_id=actor_user.pk):
+        _actor(tenant_id, actor_user)
+        invitation = Invitation.objects.filter(pk=invitation_id, accepted_at__isnull=True, revoked_at__isnull=True)
+        found = invitation.first()
+        if found is None:
+            raise PeopleError("no such pending invitation")
+        invitation.update(revoked_at=timezone.now())
+        audit_record(
+            action="member.invite_revoke", tenant_id=tenant_id, actor=actor_user, object_type="projects.invitation",
+            object_id=found.pk, data={"email": found.email},
+        )  # fmt: skip
+
+
+def invitation_get(*, tenant_slug: str, token: str) -> Invitation:
+    """The pending, unexpired invitation of this tenant and token; raises :class:`PeopleError`."""
+    tenant = Tenant.objects.filter(slug=tenant_slug).first()
+    if tenant is None or not token:
+        raise PeopleError("this invitation link is not valid")
+    with tenant_context(tenant.pk):
+        invitation = Invitation.objects.filter(token_hash=invitation_token_hash(token)).first()
+    if invitation is None or invitation.revoked_at is not None or invitation.accepted_at is not None:
+        raise PeopleError("this invitation link is not valid, or was already used")
+    if invitation.expires_at <= timezone.now():
+        raise PeopleError("this invitation has expired: ask for a new one")
+    return invitation
+
+
+def invitation_accept(*, tenant_slug: str, token: str, user, new_account: bool = False) -> Membership:
+    """Accept the invitation as ``user``: they join with its role, and a readable project becomes
+    their default if they have none in this tenant.
+
+    ``user`` must have verified the invitation's address, unless ``new_account`` (the account was
+    just created from the link, whose possession proves the address: it is stored verified).
+    Raises :class:`PeopleError`. Writes ``member.join``.
+    """
+    invitation = invitation_get(tenant_slug=tenant_slug, token=token)
+    with transaction.atomic():
+        if new_account:
+            EmailAddress.objects.update_or_create(
+                user=user, email__iexact=invitation.email,
+                defaults={"email": invitation.email, "verified": True, "primary": True},
+            )  # fmt: skip
+        elif not EmailAddress.objects.filter(user=user, email__iexact=invitation.email, verified=True).exists():
+            raise PeopleError(
+                f"this invitation is for {invitation.email}; you are signed in as {user.get_username()}, "
+                "who has not verified that address"
+            )
+        with tenant_context(invitation.tenant_id, user_id=user.pk):
+            claimed = Invitation.objects.filter(pk=invitation.pk, accepted_at__isnull=True, revoked_at__isnull=True)
+            if not claimed.update(accepted_at=timezone.now(), accepted_by=user):
+                raise PeopleError("this invitation link was already used")
+            membership, created = Membership.objects.get_or_create(
+                tenant_id=invitation.tenant_id, user=user, defaults={"role": invitation.role}
+            )
+            audit_record(
+                action="member.join", tenant_id=invitation.tenant_id, actor=user, object_type="projects.membership",
+                object_id=membership.pk, data={"email": invitation.email, "role": membership.role, "via": "invitation"},
+            )  # fmt: skip
+            # A first organization becomes the one they work in, scoped to its oldest project
+            # they may read (as an SSO first login does); they can pick another on /onboarding/.
+            profile, _ = Profile.objects.get_or_create(user=user)
+            if profile.tenant_id is None:
+                first = project_queryset_readable(user_id=user.pk).order_by("created_at", "pk").first()
+                profile.tenant_id = invitation.tenant_id
+                profile.default_project = first
+                profile.save(update_fields=["tenant", "default_project"])
+    return membership
+
+
+def member_set_role(*, tenant_id: int, actor_user, user_id: int, role: str) -> Membership:
+    """Change a member's role. Raises :class:`PeopleError` (see the module's rules)."""
+    with tenant_context(tenant_id, user_id=actor_user.pk):
+        actor = _actor(tenant_id, actor_user)
+        _check_role(role, actor)
+        membership = Membership.objects.select_for_update().filter(user_id=user_id).first()
+        if membership is None:
+            raise PeopleError("no such member")
+        _check_target(membership, actor)
+        if membership.role == Membership.Role.OWNER and role != Membership.Role.OWNER:
+            _keep_an_owner(membership)
+        before = membership.role
+        membership.role = role
+        membership.save(update_fields=["role"])
+        audit_record(
+            action="member.role", tenant_id=tenant_id, actor=actor_user, object_type="projects.membership",
+            object_id=membership.pk, data={"user": membership.user.get_username(), "from": before, "to": role},
+        )  # fmt: skip
+    return membership
+
+
+def member_remove(*, tenant_id: int, actor_user, user_id: int) -> dict[str, int]:
+    """Remove a member from the tenant: membership, project memberships, their API tokens of this
+    tenant (revoked) and their signed-in sessions (ended), in one transaction with the
+    ``member.remove`` audit event. Returns ``{"tokens_revoked": n, "sessions_ended": n}``. Raises
+    :class:`PeopleError` (see the module's rules)."""
+    from allauth.usersessions.models import UserSession
+
+    with tenant_context(tenant_id, user_id=actor_user.pk):
+        actor = _actor(tenant_id, actor_user)
+        membership = Membership.objects.select_for_update().filter(user_id=user_id).first()
+        if membership is None:
+            raise PeopleError("no such member")
+        _check_target(membership, actor)
+        if membership.role == Membership.Role.OWNER:
+            _keep_an_owner(membership)
+        user = membership.user
+        ProjectMember.objects.filter(user_id=user_id).delete()
+        tokens = ApiToken.objects.filter(user_id=user_id, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        membership.delete()
+        sessions = 0
+        for session in UserSession.objects.filter(user_id=user_id):
+            session.end()
+            sessions += 1
+        Profile.objects.filter(user_id=user_id, tenant_id=tenant_id).update(tenant=None, default_project=None)
+        audit_record(
+            action="member.remove", tenant_id=tenant_id, actor=actor_user, object_type="projects.membership",
+            object_id=membership.pk if membership.pk else user_id,
+            data={"user": user.get_username(), "role": membership.role, "tokens_revoked": tokens,
+                  "sessions_ended": sessions},
+        )  # fmt: skip
+    return {"tokens_revoked": tokens, "sessions_ended": sessions}
+
+
+def _check_target(membership: Membership, actor: Actor) -> None:
+    if membership.user_id == getattr(actor.user, "pk", None):
+        raise PeopleError("you cannot change or remove your own membership here")
+    if membership.role == Membership.Role.OWNER and actor.role != Membership.Role.OWNER:
+        raise PeopleError("only an owner may change or remove an owner")
+
+
+def _keep_an_owner(membership: Membership) -> None:
+    owners = Membership.objects.select_for_update().filter(role=Membership.Role.OWNER).exclude(pk=membership.pk)
+    if not owners.exists():
+        raise PeopleError("the organization's last owner cannot be demoted or removed")
+
+
+def people_list(*, tenant_id: int) -> tuple[list[Membership], list[Invitation]]:
+    """The tenant's members (with their users, by username) and its pending invitations."""
+    with tenant_context(tenant_id):
+        members = list(Membership.objects.select_related("user").order_by("user__username"))
+        pending = list(
+            Invitation.objects.filter(
+                accepted_at__isnull=True, revoked_at__isnull=True, expires_at__gt=timezone.now()
+            ).order_by("email")
+        )
+    return members, pending
+
+
+def user_for_invitation(*, username: str, password: str, email: str):
+    """A new account for an invitation's address (the caller validated the password)."""
+    User = get_user_model()
+    if User.objects.filter(email__iexact=email).exists() or EmailAddress.objects.filter(email__iexact=email).exists():
+        raise PeopleError(f"an account with {email} exists: sign in with it, then open this link again")
+    if User.objects.filter(username__iexact=username).exists():
+        raise PeopleError(f"the username {username!r} is taken")
+    return User.objects.create_user(username=username, email=email, password=password)

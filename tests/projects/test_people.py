@@ -1,0 +1,189 @@
+"""The organization's people at /manage/people/: invite by email with a role, accept the link,
+change a role, remove a member (sessions ended, tokens revoked at once), each write one audit
+event with its actor; and what the page refuses to members, outsiders and other organizations."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from allauth.account.models import EmailAddress
+from django.contrib.auth import get_user_model
+from django.core import mail
+from django.test import Client
+from django.utils import timezone
+
+from kbportal.models import AuditEvent
+from kbportal.tenancy import tenant_context
+from projects.models import ApiToken, Invitation, Membership
+from projects.services import api_token_create, membership_create, profile_set_default_project
+
+pytestmark = pytest.mark.django_db
+
+PEOPLE = "/manage/people/"
+_LINK = re.compile(r'<code id="invitation-link">([^<]+)</code>')
+
+
+@pytest.fixture
+def acme(make_tenant):
+    return make_tenant("pplacme")
+
+
+def _client(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _member(tenant, username: str, role: str = Membership.Role.MEMBER, email: str = ""):
+    user = get_user_model().objects.create_user(username, email, "pw-" + username * 3)
+    membership_create(tenant_id=tenant.tenant.pk, user=user, role=role)
+    profile_set_default_project(user=user, tenant_id=tenant.tenant.pk, project_id=tenant.project.pk)
+    if email:
+        EmailAddress.objects.create(user=user, email=email, verified=True, primary=True)
+    return user
+
+
+def _events(tenant_id: int, action: str) -> list[AuditEvent]:
+    with tenant_context(tenant_id):
+        return list(AuditEvent.objects.filter(action=action).order_by("id"))
+
+
+def _invite(admin_client: Client, email: str, role: str = "member") -> str:
+    page = admin_client.post(PEOPLE, {"action": "invite", "email": email, "role": role})
+    assert page.status_code == 200, page.content[:500]
+    assert page["Cache-Control"] == "no-store"
+    match = _LINK.search(page.content.decode())
+    assert match, page.content.decode()[:2000]
+    return match.group(1).replace("http://testserver", "")
+
+
+def test_an_invited_person_creates_an_account_from_the_link_and_joins_with_the_role(acme):
+    admin = _client(acme.admin)
+    link = _invite(admin, "New.Person@Example.test", role="admin")
+    assert [m.to for m in mail.outbox] == [["new.person@example.test"]] and link in mail.outbox[0].body
+    visitor = Client()
+    assert "You are invited as <strong>admin</strong>" in visitor.get(link).content.decode()
+    joined = visitor.post(link, {"username": "newperson", "password1": "Long-enough-pass-42",
+                                 "password2": "Long-enough-pass-42"})  # fmt: skip
+    assert joined.status_code == 302 and joined["Location"] == "/onboarding/"
+    user = get_user_model().objects.get(username="newperson")
+    with tenant_context(acme.tenant.pk):
+        assert Membership.objects.get(user=user).role == "admin"
+    assert EmailAddress.objects.get(user=user).verified  # the link proved the address
+    assert visitor.get("/").status_code == 200  # signed in, with a default project
+    [invited] = _events(acme.tenant.pk, "member.invite")
+    [join] = _events(acme.tenant.pk, "member.join")
+    assert invited.actor_id == acme.admin.pk and invited.data["email"] == "new.person@example.test"
+    assert join.actor_id == user.pk and join.data["role"] == "admin"
+    # The link works once.
+    assert Client().get(link).status_code == 404
+
+
+def test_an_invitation_link_is_refused_when_used_expired_withdrawn_forged_or_for_another_address(acme, make_tenant):
+    admin = _client(acme.admin)
+    link = _invite(admin, "late@example.test")
+    with tenant_context(acme.tenant.pk):
+        Invitation.objects.filter(email="late@example.test").update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert "expired" in Client().get(link).content.decode()
+    withdrawn = _invite(admin, "withdrawn@example.test")
+    with tenant_context(acme.tenant.pk):
+        pk = Invitation.objects.get(email="withdrawn@example.test").pk
+    admin.post(PEOPLE, {"action": "withdraw", "invitation": pk})
+    assert Client().get(withdrawn).status_code == 404
+    good = _invite(admin, "pat@example.test")
+    token = good.rstrip("/").rsplit("/", 1)[1]
+    other = make_tenant("pplglobex")
+    assert Client().get(f"/invite/{other.tenant.slug}/{token}/").status_code == 404  # another tenant's slug
+    assert Client().get(f"/invite/{acme.tenant.slug}/{token[:-1]}x/").status_code == 404
+    # A signed-in account that has not verified the invited address cannot take the invitation.
+    mallory = get_user_model().objects.create_user("mallory", "pat@example.test", "pw-" + "m" * 12)
+    EmailAddress.objects.create(user=mallory, email="pat@example.test", verified=False, primary=True)
+    refused = _client(mallory).post(good)
+    assert "who has not verified that address" in refused.content.decode()
+    with tenant_context(acme.tenant.pk):
+        assert not Membership.objects.filter(user=mallory).exists()
+    # Nor can a stranger make a second account for an address an account already holds.
+    taken = Client().post(good, {"username": "pat2", "password1": "Long-enough-pass-42",
+                                 "password2": "Long-enough-pass-42"})  # fmt: skip
+    assert "an account with pat@example.test exists" in taken.content.decode()
+    pat = get_user_model().objects.create_user("pat", "", "pw-" + "p" * 12)
+    EmailAddress.objects.create(user=pat, email="PAT@example.test", verified=True, primary=True)
+    assert _client(pat).post(good).status_code == 302
+    with tenant_context(acme.tenant.pk):
+        assert Membership.objects.get(user=pat).role == "member"
+
+
+def test_roles_change_within_the_rules_and_each_change_is_audited(acme):
+    owner = acme.admin
+    with tenant_context(acme.tenant.pk):
+        assert Membership.objects.get(user=owner).role == "owner"
+    admin = _member(acme, "ada", Membership.Role.ADMIN)
+    member = _member(acme, "bo")
+    as_admin = _client(admin)
+    page = as_admin.post(PEOPLE, {"action": "role", "user": member.pk, "role": "owner"}, follow=True)
+    assert "only an owner may make someone an owner" in page.content.decode()
+    page = as_admin.post(PEOPLE, {"action": "role", "user": owner.pk, "role": "member"}, follow=True)
+    assert "only an owner may change or remove an owner" in page.content.decode()
+    as_admin.post(PEOPLE, {"action": "role", "user": member.pk, "role": "admin"})
+    as_owner = _client(owner)
+    page = as_owner.post(PEOPLE, {"action": "role", "user": owner.pk, "role": "member"}, follow=True)
+    assert "your own membership" in page.content.decode()
+    as_owner.post(PEOPLE, {"action": "role", "user": admin.pk, "role": "owner"})
+    # Now two owners: Ada (owner) may demote the first one, but not herself, the last.
+    _client(admin).post(PEOPLE, {"action": "role", "user": owner.pk, "role": "admin"})
+    with tenant_context(acme.tenant.pk):
+        roles = dict(Membership.objects.values_list("user__username", "role"))
+    assert roles == {owner.username: "admin", "ada": "owner", "bo": "admin"}
+    changes = [
+        (e.actor_id, e.data["user"], e.data["from"], e.data["to"]) for e in _events(acme.tenant.pk, "member.role")
+    ]
+    assert changes == [(admin.pk, "bo", "member", "admin"), (owner.pk, "ada", "admin", "owner"),
+                       (admin.pk, owner.username, "owner", "admin")]  # fmt: skip
+
+
+def test_removing_a_member_ends_their_sessions_and_revokes_their_tokens_at_once(acme):
+    member = _member(acme, "leaver", email="leaver@example.test")
+    session = _client(member)
+    assert session.get("/").status_code == 200
+    _, raw = api_token_create(tenant=acme.tenant, user=member, name="laptop")
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert api.get("/api/v1/projects").status_code == 200
+    done = _client(acme.admin).post(PEOPLE, {"action": "remove", "user": member.pk}, follow=True)
+    assert "1 API token(s) revoked, 1 session(s) ended" in done.content.decode()
+    assert session.get("/").status_code == 302  # signed out
+    assert api.get("/api/v1/projects").status_code == 401
+    with tenant_context(acme.tenant.pk):
+        assert not Membership.objects.filter(user=member).exists()
+        assert ApiToken.objects.get(user=member).revoked_at is not None
+    [removed] = _events(acme.tenant.pk, "member.remove")
+    assert removed.actor_id == acme.admin.pk and removed.data["tokens_revoked"] == 1
+    # The last owner cannot be removed, not even by another admin.
+    admin = _member(acme, "ada", Membership.Role.ADMIN)
+    page = _client(admin).post(PEOPLE, {"action": "remove", "user": acme.admin.pk}, follow=True)
+    assert "only an owner may change or remove an owner" in page.content.decode()
+
+
+def test_people_pages_are_closed_to_members_outsiders_and_other_organizations(acme, make_tenant):
+    member = _member(acme, "plain")
+    other = make_tenant("pplglobex")
+    for path in ("/manage/", PEOPLE):
+        assert _client(member).get(path).status_code == 404
+        assert Client().get(path).status_code == 302  # to the login page
+    # Another organization's admin reaches none of acme's people, by page or by forged POST.
+    outsider = _client(other.admin)
+    page = outsider.get(PEOPLE).content.decode()
+    assert "plain" not in page and acme.admin.username not in page
+    for action in ({"action": "remove", "user": member.pk}, {"action": "role", "user": member.pk, "role": "admin"}):
+        answer = outsider.post(PEOPLE, action, follow=True)
+        assert "no such member" in answer.content.decode()
+    with tenant_context(acme.tenant.pk):
+        assert Membership.objects.get(user=member).role == "member"
+    # A member cannot invite (the POST is refused before any invitation exists).
+    assert (
+        _client(member).post(PEOPLE, {"action": "invite", "email": "x@example.test", "role": "owner"}).status_code
+        == 404
+    )
+    with tenant_context(acme.tenant.pk):
+        assert not Invitation.objects.exists()
