@@ -29,6 +29,10 @@ from kbportal.db import database_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("KB_VAR_DIR", BASE_DIR / "var"))
+# Files an organization's admins upload for their file-based sources (/manage/sources/), one
+# folder per organization; a path an admin types must lie inside their organization's folder.
+KB_TENANT_FILES_ROOT = Path(os.environ.get("KB_TENANT_FILES_ROOT", VAR_DIR / "tenant-files"))
+KB_UPLOAD_MAX_BYTES = int(os.environ.get("KB_UPLOAD_MAX_BYTES", str(500 * 1024 * 1024)))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 

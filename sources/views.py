@@ -7,16 +7,21 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from kbportal.tenancy import tenant_context
+from projects.models import Project, Tenant
 from projects.selectors import user_is_tenant_admin, user_tenant_id
-from sources.models import DataSource
+from sources.connectors.base import ConnectorError
+from sources.connectors.registry import connector_kinds, get_connector_class
+from sources.forms import SourceForm, config_form_class
+from sources.models import DataSource, ProjectSource
 from sources.scheduling import source_health_list, source_sync_queue
 from sources.selectors import identity_list, source_sync_allowed
+from sources.services.managed import managed_source_create, managed_source_update, source_check, upload_store
 from sources.webhooks import SIGNATURE_HEADER, git_push_receive
 
 
@@ -110,3 +115,105 @@ def git_push_hook(request: HttpRequest, public_id: str) -> JsonResponse:
         form_encoded=request.content_type == "application/x-www-form-urlencoded",
     )
     return JsonResponse(outcome.body, status=outcome.status)
+
+
+# ---------- /manage/sources/: the organization's data sources, for its owners and admins ----------
+
+
+def _admin_tenant_or_404(request: HttpRequest) -> int:
+    tenant_id = _admin_tenant(request)
+    if tenant_id is None:
+        raise Http404("no such page")
+    return tenant_id
+
+
+@login_required
+@require_GET
+def manage_sources(request: HttpRequest) -> HttpResponse:
+    """``/manage/sources/``: the organization's data sources and the kinds one can add."""
+    tenant_id = _admin_tenant_or_404(request)
+    with tenant_context(tenant_id):
+        sources = list(DataSource.objects.order_by("name"))
+    return render(request, "sources/manage_sources.html", {"sources": sources, "kinds": sorted(connector_kinds())})
+
+
+@login_required
+def manage_source_new(request: HttpRequest, kind: str) -> HttpResponse:
+    """``/manage/sources/new/<kind>/``: a typed form for a new source of ``kind``."""
+    tenant_id = _admin_tenant_or_404(request)
+    if kind not in connector_kinds():
+        raise Http404("no such data source kind")
+    return _source_page(request, tenant_id, kind, None)
+
+
+@login_required
+def manage_source_edit(request: HttpRequest, slug: str) -> HttpResponse:
+    """``/manage/sources/<slug>/``: edit a source (secrets write-only), test its connection."""
+    tenant_id = _admin_tenant_or_404(request)
+    with tenant_context(tenant_id):
+        source = DataSource.objects.filter(slug=slug).first()
+        attached = [str(p) for p in ProjectSource.objects.filter(source=source).values_list("project_id", flat=True)]
+    if source is None:
+        raise Http404("no such data source")
+    return _source_page(request, tenant_id, source.kind, source, attached)
+
+
+def _source_page(
+    request: HttpRequest, tenant_id: int, kind: str, source: DataSource | None, attached: list[str] | None = None
+) -> HttpResponse:
+    model = get_connector_class(kind).config_model
+    config_form_cls = config_form_class(kind, model)
+    file_based = "path" in model.model_fields
+    with tenant_context(tenant_id):
+        projects = [(str(p.pk), p.name) for p in Project.objects.order_by("name")]
+    posted = request.method == "POST"
+    initial = (
+        {"name": source.name, "projects": attached or [], "sync_interval_minutes": source.sync_interval_minutes,
+         "enabled": source.enabled}
+        if source is not None
+        else {"projects": [projects[0][0]] if len(projects) == 1 else []}
+    )  # fmt: skip
+    form = SourceForm(
+        request.POST if posted else None, request.FILES if posted else None, projects=projects,
+        file_based=file_based, initial=initial,
+    )  # fmt: skip
+    stored = source.config if source is not None else None
+    config_form = config_form_cls(request.POST if posted else None, stored=stored, prefix="config")
+    if posted and "upload" in form.fields and request.FILES.get("upload"):
+        config_form.fields["path"].required = False  # the upload provides it
+        config_form.provided.add("path")
+    check, error = None, None
+    if posted and form.is_valid() and config_form.is_valid():
+        config = dict(config_form.config)
+        tenant = Tenant.objects.get(pk=tenant_id)
+        try:
+            upload = form.cleaned_data.get("upload")
+            if upload is not None:
+                config["path"] = upload_store(tenant=tenant, kind=kind, name=upload.name, chunks=upload.chunks())
+            if request.POST.get("action") == "test":
+                check = source_check(
+                    tenant_id=tenant_id, kind=kind, config=config, source_id=source.pk if source else None
+                ).summary()
+            else:
+                fields = {
+                    "name": form.cleaned_data["name"], "config": config,
+                    "project_ids": [int(p) for p in form.cleaned_data["projects"]],
+                    "sync_interval_minutes": form.cleaned_data["sync_interval_minutes"],
+                    "enabled": form.cleaned_data["enabled"],
+                }  # fmt: skip
+                if source is None:
+                    source = managed_source_create(tenant_id=tenant_id, kind=kind, **fields)
+                    messages.success(request, f"Created {source.name}. Sync it now, or wait for its schedule.")
+                else:
+                    source = managed_source_update(tenant_id=tenant_id, source_id=source.pk, **fields)
+                    messages.success(request, f"Saved {source.name}.")
+                return redirect("sources:manage_source", source.slug)
+        except ConnectorError as exc:
+            error = str(exc)
+            field = error.split(":", 1)[0].rsplit(" ", 1)[-1]
+            if field in config_form.fields:
+                config_form.add_error(field, error.split(":", 1)[1].strip())
+                error = None
+    context = {"kind": kind, "source": source, "form": form, "config_form": config_form, "check": check,
+               "error": error}  # fmt: skip
+    return render(request, "sources/manage_source.html", context)

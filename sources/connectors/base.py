@@ -129,6 +129,25 @@ class DirectoryGroup:
     members: set[str] = field(default_factory=set)
 
 
+@dataclass
+class ConnectionCheck:
+    """What :meth:`Connector.check` saw: ``rows`` read (all of them when ``complete``), the
+    connector's units (files, channels, pages) done of ``units_total`` when it counts them, and
+    the items it would skip with their reasons."""
+
+    rows: int
+    complete: bool
+    units_done: int = 0
+    units_total: int | None = None
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        seen = f"{self.rows} rows" if self.complete else f"at least {self.rows} rows (stopped early)"
+        units = f", {self.units_done} of {self.units_total} items read" if self.units_total else ""
+        skips = f", {len(self.skipped)} items it would skip" if self.skipped else ""
+        return f"Connected: {seen}{units}{skips}."
+
+
 class Directory:
     """The people and groups a connector saw during ``iter_rows`` (``sources.models``'
     ``ExternalIdentity`` and ``ExternalGroup``, written by the ingestion service after the run).
@@ -195,6 +214,25 @@ class Connector(ABC):
         since (GitHub, Jira). Returns true when the run will then be partial, so rows it does not
         yield must not be deleted. The default reads everything: false."""
         return False
+
+    def check(self, *, seconds: float = 10.0, max_rows: int = 500) -> ConnectionCheck:
+        """Read the source as a run would, writing nothing, for at most ``seconds`` or
+        ``max_rows`` rows: reachable, credentials accepted, and what it can see. Raises
+        :class:`ConnectorError` as ``iter_rows`` does. A connector with a cheaper check of its
+        own (an API's auth call and a count) overrides this."""
+        import time
+
+        report = IngestReport()
+        started = time.monotonic()
+        rows, complete = 0, True
+        for _ in self.iter_rows(report):
+            rows += 1
+            if rows >= max_rows or time.monotonic() - started > seconds:
+                complete = False
+                break
+        return ConnectionCheck(
+            rows=rows, complete=complete, units_done=report.done, units_total=report.total, skipped=report.skipped[:20]
+        )
 
     @abstractmethod
     def iter_rows(self, report: IngestReport) -> Iterator[DocumentRow]:

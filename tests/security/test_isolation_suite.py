@@ -303,7 +303,8 @@ def _values_for(iso: Iso, name: str, kind: str, public: bool, admin: bool = Fals
     """Candidate values ``[(text, level)]`` for a path parameter, from ``iso-b``'s real objects.
 
     ``level`` is who may read the object: ``tenant`` (iso-b members), ``project`` (the restricted
-    project's members), ``private`` (the owner only). ``None``: the walker does not know this
+    project's members), ``private`` (the owner only), ``any`` (no object of anyone's: a kind name).
+    ``None``: the walker does not know this
     parameter, and the route fails the suite until it is taught here.
     """
     n = name.lower()
@@ -340,6 +341,8 @@ def _values_for(iso: Iso, name: str, kind: str, public: bool, admin: bool = Fals
         from projects.selectors import api_token_parse
 
         return [(api_token_parse(iso.tokens["owner"])[0], "private")]
+    if n == "kind":  # a connector kind (a new source's form): nothing of iso-b's
+        return [("docs", "any"), ("slack", "any")]
     if n == "tenant_slug":  # an invitation link: iso-b's slug with a token nobody was sent
         return [("iso-b", "tenant")]
     if n == "token":
@@ -366,7 +369,7 @@ class Request:
 
 def expand(iso: Iso, routes: list[Route]) -> tuple[list[Request], list[str]]:
     """The concrete requests for every route, and the routes the walker cannot fill."""
-    order = {"tenant": 0, "project": 1, "private": 2}
+    order = {"any": -1, "tenant": 0, "project": 1, "private": 2}
     requests, unknown = [], []
     for route in routes:
         candidates: dict[str, list[tuple[str, str]]] = {}
@@ -435,7 +438,7 @@ def _check(label: str, actor: str, method: str, request: Request, variant: dict,
     for marker in FORBIDDEN[actor]:
         if marker.encode() in body:
             problems.append(f"{what}: leaked {marker!r}")
-    named_forbidden = request.level is not None and request.level not in LEVELS[actor]
+    named_forbidden = request.level not in (None, "any") and request.level not in LEVELS[actor]
     if named_forbidden and not request.route.public and not _refused(response):
         problems.append(f"{what}: names an object {actor} may not read, but was not refused")
     if actor == "anonymous" and not request.route.public and not _refused(response):

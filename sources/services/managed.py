@@ -1,0 +1,230 @@
+"""Data sources as an organization's owners and admins manage them at ``/manage/sources/``.
+
+The operator's ``/admin/`` trusts its user with the whole machine; an organization's admin is
+trusted with their organization only. So, on top of ``source_create``'s validation:
+
+- a local ``path`` must lie inside the organization's files folder
+  (``settings.KB_TENANT_FILES_ROOT / <tenant slug>``), after resolving ``..`` and symbolic
+  links; a git ``path`` may instead be an ``https://`` URL (checked against private addresses);
+- ``allow_private_network`` is never set here; a source the operator created with it keeps it;
+- uploads (a ZIP or a single file) are written under that folder: a ZIP is extracted member by
+  member (no absolute paths, no ``..``, no links, at most ``settings.KB_UPLOAD_MAX_BYTES``
+  unpacked), except a Slack export, which the connector reads as a ZIP.
+
+Every write records one audit event with its actor in the write's transaction.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import stat
+import zipfile
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+from django.utils.text import slugify
+
+from kbportal.audit import audit_record
+from kbportal.tenancy import tenant_context
+from projects.models import Project, Tenant
+from sources.connectors.base import ConnectionCheck, ConnectorError
+from sources.connectors.registry import ALLOW_PRIVATE_FIELD, build_connector
+from sources.models import DataSource, ProjectSource
+from sources.services.catalog import config_merge_secrets, source_create
+
+MAX_ZIP_MEMBERS = 200_000
+_URL = re.compile(r"^[a-z][a-z0-9+.-]*://|^[\w.-]+@[\w.-]+:", re.I)
+
+
+def tenant_files_root(tenant: Tenant) -> Path:
+    """The organization's files folder (created on first use)."""
+    root = Path(settings.KB_TENANT_FILES_ROOT) / tenant.slug
+    root.mkdir(parents=True, exist_ok=True)
+    return root.resolve()
+
+
+def managed_path(kind: str, value: str, tenant: Tenant) -> str:
+    """``value`` as the absolute path to store, when an organization admin may point ``kind``
+    there; raises ``ConnectorError`` naming the field otherwise. Relative paths are taken from
+    the organization's files folder."""
+    value = (value or "").strip()
+    if _URL.match(value):
+        if kind == "git" and value.lower().startswith("https://"):
+            return value
+        raise ConnectorError(f"path: {value!r}: only an https:// URL of a git repository, or a folder of your files")
+    root = tenant_files_root(tenant)
+    resolved = (root / value).resolve()
+    if resolved != root and not resolved.is_relative_to(root):
+        raise ConnectorError(
+            f"path: {value!r} is outside your organization's files; upload the files, or use a path under {root}"
+        )
+    return str(resolved)
+
+
+def upload_store(*, tenant: Tenant, kind: str, name: str, chunks: Iterable[bytes]) -> str:
+    """Write an uploaded file (``name``, its content in ``chunks``) under the organization's files
+    and return the path the source reads: a ZIP's extracted folder, or for a Slack export the ZIP
+    itself, or the single file. Raises ``ConnectorError`` for a file over the size limit or an
+    unsafe ZIP (the partial upload is removed)."""
+    limit = int(settings.KB_UPLOAD_MAX_BYTES)
+    safe_name = re.sub(r"[^\w.-]+", "_", Path(name or "upload").name)[:120] or "upload"
+    folder = tenant_files_root(tenant) / "uploads" / f"{timezone.now():%Y%m%d-%H%M%S-%f}-{slugify(safe_name)[:40]}"
+    folder.mkdir(parents=True)
+    target = folder / safe_name
+    try:
+        written = 0
+        with open(target, "xb") as out:
+            for chunk in chunks:
+                written += len(chunk)
+                if written > limit:
+                    raise ConnectorError(f"upload {name!r}: larger than the limit of {limit} bytes")
+                out.write(chunk)
+        if not zipfile.is_zipfile(target) or kind == "slack_export":
+            return str(target)
+        extracted = folder / "files"
+        _extract(target, extracted, limit=limit, label=name)
+        target.unlink()
+        return str(extracted)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+def _extract(archive: Path, into: Path, *, limit: int, label: str) -> None:
+    """Extract ``archive`` into ``into``, refusing the whole ZIP for a member that would land
+    outside it or is a link, and stopping past ``limit`` unpacked bytes or too many members."""
+    into.mkdir()
+    total = 0
+    with zipfile.ZipFile(archive) as zf:
+        members = zf.infolist()
+        if len(members) > MAX_ZIP_MEMBERS:
+            raise ConnectorError(f"upload {label!r}: more than {MAX_ZIP_MEMBERS} files in the ZIP")
+        for member in members:
+            parts = PurePosixPath(member.filename.replace("\\", "/")).parts
+            if not parts or member.filename.startswith("/") or ".." in parts or ":" in parts[0]:
+                raise ConnectorError(f"upload {label!r}: the ZIP holds an unsafe path {member.filename!r}")
+            if stat.S_ISLNK(member.external_attr >> 16):
+                raise ConnectorError(f"upload {label!r}: the ZIP holds a link {member.filename!r}")
+            destination = into.joinpath(*parts)
+            if member.is_dir():
+                destination.mkdir(parents=True, exist_ok=True)
+                continue
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(member) as source, open(destination, "xb") as out:
+                while block := source.read(1 << 20):
+                    total += len(block)
+                    if total > limit:
+                        raise ConnectorError(f"upload {label!r}: unpacks to more than {limit} bytes")
+                    out.write(block)
+
+
+def _projects(tenant_id: int, project_ids: Iterable[int]) -> list[int]:
+    wanted = {int(p) for p in project_ids}
+    found = set(Project.objects.filter(pk__in=wanted).values_list("pk", flat=True))
+    if wanted - found:
+        raise ConnectorError("projects: not projects of this organization")
+    return sorted(found)
+
+
+def managed_source_create(
+    *,
+    tenant_id: int,
+    kind: str,
+    name: str,
+    config: dict[str, Any],
+    project_ids: Iterable[int] = (),
+    sync_interval_minutes: int = 60,
+    enabled: bool = True,
+) -> DataSource:
+    """Create a source for an organization admin (the rules in the module docstring), attached to
+    ``project_ids``. Raises ``ConnectorError`` naming the field. Writes ``source.create``."""
+    tenant = Tenant.objects.get(pk=tenant_id)
+    config = {k: v for k, v in config.items() if k != ALLOW_PRIVATE_FIELD}
+    if "path" in config and config["path"]:
+        config["path"] = managed_path(kind, str(config["path"]), tenant)
+    name = (name or "").strip()
+    if not name:
+        raise ConnectorError("name: a source needs a name")
+    with tenant_context(tenant_id):
+        projects = _projects(tenant_id, project_ids)
+        slug = slugify(name)[:70] or kind
+        if DataSource.objects.filter(slug=slug).exists():
+            slug = f"{slug}-{DataSource.objects.count() + 1}"
+        source = source_create(
+            tenant_id=tenant_id, kind=kind, name=name, slug=slug, config=config, project_ids=projects,
+            sync_interval_minutes=sync_interval_minutes,
+        )  # fmt: skip
+        if not enabled:
+            DataSource.objects.filter(pk=source.pk).update(enabled=False)
+            source.enabled = False
+    return source
+
+
+def managed_source_update(
+    *,
+    tenant_id: int,
+    source_id: int,
+    name: str,
+    config: dict[str, Any],
+    project_ids: Iterable[int],
+    sync_interval_minutes: int,
+    enabled: bool,
+) -> DataSource:
+    """Change a source's name, config (secrets left as ``MASK`` keep their stored value), projects,
+    schedule and enabled flag, for an organization admin. Raises ``ConnectorError`` naming the
+    field. Writes ``source.update`` with the names of what changed (never secret values)."""
+    tenant = Tenant.objects.get(pk=tenant_id)
+    with tenant_context(tenant_id):
+        source = DataSource.objects.select_for_update().get(pk=source_id)
+        config = {k: v for k, v in config.items() if k != ALLOW_PRIVATE_FIELD}
+        if config.get("path") and config["path"] != source.config.get("path"):
+            config["path"] = managed_path(source.kind, str(config["path"]), tenant)
+        if source.config.get(ALLOW_PRIVATE_FIELD):  # the operator's decision stays
+            config[ALLOW_PRIVATE_FIELD] = source.config[ALLOW_PRIVATE_FIELD]
+        merged = config_merge_secrets(kind=source.kind, old=source.config, new=config, label=source.name)
+        new = build_connector(source.kind, merged, include=source.include, exclude=source.exclude,
+                              source_label=source.name).config.model_dump()  # fmt: skip
+        old = build_connector(source.kind, source.config, source_label=source.name).config.model_dump()
+        projects = _projects(tenant_id, project_ids)
+        before = set(ProjectSource.objects.filter(source=source).values_list("project_id", flat=True))
+        # Compared as the connector reads them: a default written out is no change.
+        changed = sorted(k for k in set(new) | set(old) if new.get(k) != old.get(k))
+        fields = {"name": (name or "").strip() or source.name, "sync_interval_minutes": int(sync_interval_minutes),
+                  "enabled": bool(enabled)}  # fmt: skip
+        changed += [k for k, v in fields.items() if getattr(source, k) != v]
+        for key, value in fields.items():
+            setattr(source, key, value)
+        source.config = merged
+        source.save(update_fields=["config", *fields])
+        ProjectSource.objects.filter(source=source).exclude(project_id__in=projects).delete()
+        for project_id in set(projects) - before:
+            ProjectSource.objects.create(tenant_id=tenant_id, project_id=project_id, source=source)
+        if set(projects) != before:
+            changed.append("projects")
+        audit_record(
+            action="source.update", tenant_id=tenant_id, object_type="sources.datasource", object_id=source.pk,
+            data={"source": source.slug, "changed": changed, "projects": projects},
+        )  # fmt: skip
+    return source
+
+
+def source_check(*, tenant_id: int, kind: str, config: dict[str, Any], source_id: int | None = None) -> ConnectionCheck:
+    """Test a connection without ingesting: the connector's ``check`` on ``config`` (secrets left
+    as ``MASK`` are the stored source's). Raises ``ConnectorError`` with what went wrong."""
+    tenant = Tenant.objects.get(pk=tenant_id)
+    config = {k: v for k, v in config.items() if k != ALLOW_PRIVATE_FIELD}
+    stored: dict[str, Any] = {}
+    if source_id is not None:
+        with tenant_context(tenant_id):
+            source = DataSource.objects.get(pk=source_id)
+        stored = source.config
+        if stored.get(ALLOW_PRIVATE_FIELD):
+            config[ALLOW_PRIVATE_FIELD] = stored[ALLOW_PRIVATE_FIELD]
+    if config.get("path") and config["path"] != stored.get("path"):
+        config["path"] = managed_path(kind, str(config["path"]), tenant)
+    merged = config_merge_secrets(kind=kind, old=stored, new=config, label=kind)
+    return build_connector(kind, merged, source_label=kind).check()

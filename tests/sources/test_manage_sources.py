@@ -1,0 +1,195 @@
+"""/manage/sources/: an organization's admins add and edit data sources through forms generated
+from each connector's config model, upload files, test a connection, and never reach outside
+their organization (another organization's files, the server's own folders, private networks)."""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+
+from kbportal.models import AuditEvent
+from kbportal.secrets import is_encrypted
+from kbportal.tenancy import tenant_context
+from search.retrieval import hybrid_search
+from sources.connectors.registry import get_connector_class
+from sources.forms import config_form_class
+from sources.models import DataSource, ProjectSource
+from sources.selectors import scope_for_user
+from sources.services import source_create, source_ingest
+
+pytestmark = pytest.mark.django_db
+
+PAGE = "The quarterly kelp harvest report is filed by the tide operations team every March."
+
+
+@pytest.fixture(autouse=True)
+def _files_root(settings, tmp_path):
+    settings.KB_TENANT_FILES_ROOT = tmp_path / "tenant-files"
+    settings.KB_UPLOAD_MAX_BYTES = 200_000
+
+
+@pytest.fixture
+def acme(make_tenant):
+    return make_tenant("mgacme")
+
+
+def _admin(tenant) -> Client:
+    client = Client()
+    client.force_login(tenant.admin)
+    return client
+
+
+def _zip(files: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+    return buffer.getvalue()
+
+
+def _post(client: Client, url: str, data: dict, upload: tuple[str, bytes] | None = None):
+    body = dict(data)
+    if upload:
+        body["upload"] = SimpleUploadedFile(upload[0], upload[1])
+    return client.post(url, body)
+
+
+def _docs_form(tenant, **extra) -> dict:
+    return {"name": "Handbook", "projects": [str(tenant.project.pk)], "sync_interval_minutes": 60,
+            "enabled": "on", "config-glob": "**/*.md", "config-max_file_bytes": 2_000_000,
+            "config-max_section_chars": 4000, "config-min_section_chars": 40, "config-text_format": "text",
+            "action": "save", **extra}  # fmt: skip
+
+
+def test_the_form_is_generated_from_the_config_model():
+    docs = config_form_class("docs", get_connector_class("docs").config_model)()
+    assert list(docs.fields)[0] == "path" and docs.fields["path"].required
+    assert [c for c, _ in docs.fields["text_format"].choices] == ["text", "rst", "markdown"]
+    assert docs.fields["max_section_chars"].min_value == 200
+    assert "**/*.md" in docs.fields["glob"].initial and "One per line" in docs.fields["glob"].help_text
+    assert "row paths are relative to it" in docs.fields["path"].help_text  # from the model's docstring
+    slack = config_form_class("slack", get_connector_class("slack").config_model)()
+    assert slack.fields["token"].widget.input_type == "password" and "allow_private_network" not in slack.fields
+    assert not slack.is_bound
+
+
+def test_an_admin_uploads_a_docs_folder_and_its_pages_are_searchable_after_a_sync(acme, settings):
+    admin = _admin(acme)
+    archive = _zip({"handbook/kelp.md": f"# Kelp harvest\n\n{PAGE}\n", "handbook/other.md": "# Other\n\nNothing.\n"})
+    saved = _post(admin, "/manage/sources/new/docs/", _docs_form(acme), upload=("handbook.zip", archive))
+    assert saved.status_code == 302, saved.content.decode()[-3000:]
+    with tenant_context(acme.tenant.pk):
+        source = DataSource.objects.get(slug="handbook")
+        assert list(ProjectSource.objects.filter(source=source).values_list("project_id", flat=True)) == [
+            acme.project.pk
+        ]
+        [created] = AuditEvent.objects.filter(action="source.create")
+    root = (Path(settings.KB_TENANT_FILES_ROOT) / acme.tenant.slug).resolve()
+    assert Path(source.config["path"]).is_relative_to(root) and (Path(source.config["path"]) / "handbook").is_dir()
+    assert created.actor_id == acme.admin.pk
+    assert source_ingest(tenant_id=acme.tenant.pk, source_id=source.pk).status == "succeeded"
+    hits = hybrid_search("kelp harvest report", scope_for_user(acme.admin), limit=5).hits
+    assert any(PAGE in h.content for h in hits)
+    # Test connection on the saved source reads without writing.
+    tested = admin.post(f"/manage/sources/{source.slug}/", {**_docs_form(acme), "action": "test",
+                                                            "config-path": source.config["path"]})  # fmt: skip
+    assert re.search(r"Connected: \d+ rows", tested.content.decode())
+
+
+@pytest.mark.parametrize("path", ["/etc", "../", "../mgother", "https://example.com/x", "file:///etc"])
+def test_a_path_outside_the_organizations_files_is_refused(acme, path):
+    answer = _post(_admin(acme), "/manage/sources/new/docs/", _docs_form(acme, **{"config-path": path}))
+    assert answer.status_code == 200
+    body = answer.content.decode()
+    assert "outside your organization" in body or "only an https:// URL" in body
+    with tenant_context(acme.tenant.pk):
+        assert not DataSource.objects.exists()
+
+
+def test_a_link_inside_the_organizations_files_cannot_lead_out(acme, settings, tmp_path):
+    root = Path(settings.KB_TENANT_FILES_ROOT) / acme.tenant.slug
+    root.mkdir(parents=True)
+    secret = tmp_path / "server-secrets"
+    secret.mkdir()
+    (root / "innocent").symlink_to(secret)
+    answer = _post(_admin(acme), "/manage/sources/new/docs/", _docs_form(acme, **{"config-path": "innocent"}))
+    assert "outside your organization" in answer.content.decode()
+
+
+@pytest.mark.parametrize(
+    "member", ["../escape.md", "/abs.md", "a/../../escape.md"], ids=["dotdot", "absolute", "nested-dotdot"]
+)
+def test_an_unsafe_zip_is_refused_and_nothing_is_kept(acme, settings, member):
+    archive = _zip({"ok.md": "# ok\n", member: "# escaped\n"})
+    answer = _post(_admin(acme), "/manage/sources/new/docs/", _docs_form(acme), upload=("bad.zip", archive))
+    assert "unsafe path" in answer.content.decode()
+    root = Path(settings.KB_TENANT_FILES_ROOT)
+    assert not list(root.rglob("*.md")) and not (root.parent / "escape.md").exists()
+
+
+def test_an_upload_over_the_limit_is_refused(acme, settings):
+    answer = _post(_admin(acme), "/manage/sources/new/docs/", _docs_form(acme), upload=("big.md", b"x" * 300_000))
+    assert "larger than the limit of 200000 bytes" in answer.content.decode()
+    assert not list(Path(settings.KB_TENANT_FILES_ROOT).rglob("big.md"))
+
+
+def test_a_private_address_is_refused_to_an_organization_admin(acme):
+    form = {"name": "Slack", "projects": [str(acme.project.pk)], "sync_interval_minutes": 60, "enabled": "on",
+            "config-token": "xoxb-secret", "config-channels": "C01", "config-base_url": "http://127.0.0.1:9/api/",
+            "config-conversation_gap_minutes": 30, "config-page_size": 200, "config-rate_limit_retries": 3,
+            "action": "test"}  # fmt: skip
+    body = _admin(acme).post("/manage/sources/new/slack/", form).content.decode()
+    assert "private" in body and "127.0.0.1" in body and "Connected" not in body
+    assert "xoxb-secret" not in body  # a typed secret is never echoed back
+
+
+def test_editing_keeps_stored_secrets_and_the_operators_network_flag(acme):
+    source = source_create(
+        tenant_id=acme.tenant.pk, kind="slack", name="Live Slack", project_ids=[acme.project.pk],
+        config={"token": "xoxb-stored-secret", "channels": ["C01"], "base_url": "http://127.0.0.1:9/api/",
+                "allow_private_network": True},
+    )  # fmt: skip
+    admin = _admin(acme)
+    page = admin.get(f"/manage/sources/{source.slug}/").content.decode()
+    assert "xoxb-stored-secret" not in page and "Set; leave blank to keep it." in page
+    form = {"name": "Renamed Slack", "projects": [], "sync_interval_minutes": 120, "config-token": "",
+            "config-channels": "C01\nC02", "config-base_url": "http://127.0.0.1:9/api/",
+            "config-conversation_gap_minutes": 30, "config-page_size": 200, "config-rate_limit_retries": 10,
+            "action": "save"}  # fmt: skip
+    assert admin.post(f"/manage/sources/{source.slug}/", form).status_code == 302
+    with tenant_context(acme.tenant.pk):
+        after = DataSource.objects.get(pk=source.pk)
+        [update] = AuditEvent.objects.filter(action="source.update")
+        attached = ProjectSource.objects.filter(source=after).exists()
+    assert after.config["token"] == source.config["token"] and is_encrypted(after.config["token"])
+    assert after.config["allow_private_network"] is True and after.config["channels"] == ["C01", "C02"]
+    assert (after.name, after.sync_interval_minutes, after.enabled, attached) == ("Renamed Slack", 120, False, False)
+    assert set(update.data["changed"]) == {"channels", "name", "sync_interval_minutes", "enabled", "projects"}
+    assert "xoxb" not in str(update.data)
+
+
+def test_source_pages_are_closed_to_members_outsiders_and_other_organizations(acme, make_tenant):
+    from django.contrib.auth import get_user_model
+
+    from projects.services import membership_create
+
+    source = source_create(tenant_id=acme.tenant.pk, kind="docs", name="Acme docs", config={"path": "/tmp"})
+    member = get_user_model().objects.create_user("mg-member", "", "pw-" + "m" * 12)
+    membership_create(tenant_id=acme.tenant.pk, user=member)
+    other = make_tenant("mgother")
+    paths = ["/manage/sources/", "/manage/sources/new/docs/", f"/manage/sources/{source.slug}/"]
+    as_member, as_other = Client(), Client()
+    as_member.force_login(member)
+    as_other.force_login(other.admin)
+    for path in paths:
+        assert as_member.get(path).status_code == 404
+        assert Client().get(path).status_code == 302
+    assert as_other.get(f"/manage/sources/{source.slug}/").status_code == 404
+    assert "Acme docs" not in as_other.get("/manage/sources/").content.decode()
+    assert as_other.post(f"/manage/sources/{source.slug}/", _docs_form(other)).status_code == 404
