@@ -10,8 +10,11 @@ says what was refused):
 - nobody changes or removes themselves here (an owner leaves by handing the role on first).
 
 Removing a member deletes their membership and project memberships in this organization, revokes
-their API tokens of this organization and ends their signed-in sessions (``allauth.usersessions``)
-at once; their account stays, with any other organization's membership.
+their API tokens of this organization, withdraws the invitations they sent and ends their
+signed-in sessions (``allauth.usersessions``) at once; their account stays, with any other
+organization's membership. A demoted member's invitations for roles they may no longer grant are
+withdrawn too. The invitation link is only ever mailed to the invited address, never shown to
+the inviter: holding it is what proves the address.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from kbportal.audit import audit_record
+from kbportal.emails import email_key
 from kbportal.tenancy import tenant_context
 from projects.models import ApiToken, Invitation, Membership, Profile, ProjectMember, Tenant
 from projects.selectors import project_queryset_readable
@@ -74,16 +78,19 @@ def member_invite(*, tenant_id: int, actor_user, email: str, role: str) -> tuple
     ``/invite/<tenant slug>/<token>/`` and is not kept. Raises :class:`PeopleError` for a bad
     address or role, or an address that already belongs to a member.
     """
-    email = (email or "").strip().lower()
+    email = email_key(email)
     try:
+        if len(email) > 254:
+            raise ValidationError("too long")
         validate_email(email)
     except ValidationError:
-        raise PeopleError(f"{email!r} is not an email address") from None
+        raise PeopleError(f"{email[:100]!r} is not an email address of at most 254 characters") from None
     with tenant_context(tenant_id, user_id=actor_user.pk):
         actor = _actor(tenant_id, actor_user)
         _check_role(role, actor)
-        member_ids = Membership.objects.values_list("user_id", flat=True)
-        if EmailAddress.objects.filter(user_id__in=list(member_ids), email__iexact=email).exists():
+        member_ids = list(Membership.objects.values_list("user_id", flat=True))
+        known = EmailAddress.objects.filter(user_id__in=member_ids).values_list("email", flat=True)
+        if email in {email_key(e) for e in known}:
             raise PeopleError(f"{email} already belongs to a member of this organization")
         token = secrets.token_urlsafe(32)
         invitation = Invitation.objects.create(
@@ -135,22 +142,36 @@ def invitation_accept(*, tenant_slug: str, token: str, user, new_account: bool =
     their default if they have none in this tenant.
 
     ``user`` must have verified the invitation's address, unless ``new_account`` (the account was
-    just created from the link, whose possession proves the address: it is stored verified).
+    just created from the link, which was only ever mailed to that address, so holding it proves
+    the address: it is stored verified). The inviter must still be an owner or admin (an owner
+    for an owner invitation), and ``user`` not yet a member.
     Raises :class:`PeopleError`. Writes ``member.join``.
     """
     invitation = invitation_get(tenant_slug=tenant_slug, token=token)
     with transaction.atomic():
         if new_account:
-            EmailAddress.objects.update_or_create(
-                user=user, email__iexact=invitation.email,
-                defaults={"email": invitation.email, "verified": True, "primary": True},
-            )  # fmt: skip
-        elif not EmailAddress.objects.filter(user=user, email__iexact=invitation.email, verified=True).exists():
-            raise PeopleError(
-                f"this invitation is for {invitation.email}; you are signed in as {user.get_username()}, "
-                "who has not verified that address"
-            )
+            EmailAddress.objects.create(user=user, email=invitation.email, verified=True, primary=True)
+        else:
+            verified = EmailAddress.objects.filter(user=user, verified=True).values_list("email", flat=True)
+            if invitation.email not in {email_key(e) for e in verified}:
+                raise PeopleError(
+                    f"this invitation is for {invitation.email}; you are signed in as {user.get_username()}, "
+                    "who has not verified that address"
+                )
         with tenant_context(invitation.tenant_id, user_id=user.pk):
+            # The inviter's authority is checked again: a removed admin's or a demoted owner's
+            # pending invitation grants nothing.
+            inviter = Membership.objects.filter(user_id=invitation.invited_by_id).first()
+            if (
+                inviter is None
+                or not inviter.is_admin
+                or (invitation.role == Membership.Role.OWNER and inviter.role != Membership.Role.OWNER)
+            ):
+                raise PeopleError(
+                    "this invitation is no longer valid: its sender may no longer invite as " + invitation.role
+                )
+            if Membership.objects.filter(user=user).exists():
+                raise PeopleError(f"{user.get_username()} is already a member of this organization")
             claimed = Invitation.objects.filter(pk=invitation.pk, accepted_at__isnull=True, revoked_at__isnull=True)
             if not claimed.update(accepted_at=timezone.now(), accepted_by=user):
                 raise PeopleError("this invitation link was already used")
@@ -175,6 +196,7 @@ def invitation_accept(*, tenant_slug: str, token: str, user, new_account: bool =
 def member_set_role(*, tenant_id: int, actor_user, user_id: int, role: str) -> Membership:
     """Change a member's role. Raises :class:`PeopleError` (see the module's rules)."""
     with tenant_context(tenant_id, user_id=actor_user.pk):
+        _lock_people(tenant_id)
         actor = _actor(tenant_id, actor_user)
         _check_role(role, actor)
         membership = Membership.objects.select_for_update().filter(user_id=user_id).first()
@@ -186,9 +208,13 @@ def member_set_role(*, tenant_id: int, actor_user, user_id: int, role: str) -> M
         before = membership.role
         membership.role = role
         membership.save(update_fields=["role"])
+        may_invite: set[str] = set(_ROLES) if role == "owner" else _ROLES - {"owner"} if role == "admin" else set()
+        withdrawn = _revoke_invitations_by(membership.user_id, keep_roles=may_invite)
         audit_record(
             action="member.role", tenant_id=tenant_id, actor=actor_user, object_type="projects.membership",
-            object_id=membership.pk, data={"user": membership.user.get_username(), "from": before, "to": role},
+            object_id=membership.pk,
+            data={"user": membership.user.get_username(), "from": before, "to": role,
+                  "invitations_withdrawn": withdrawn},
         )  # fmt: skip
     return membership
 
@@ -201,6 +227,7 @@ def member_remove(*, tenant_id: int, actor_user, user_id: int) -> dict[str, int]
     from allauth.usersessions.models import UserSession
 
     with tenant_context(tenant_id, user_id=actor_user.pk):
+        _lock_people(tenant_id)
         actor = _actor(tenant_id, actor_user)
         membership = Membership.objects.select_for_update().filter(user_id=user_id).first()
         if membership is None:
@@ -211,7 +238,9 @@ def member_remove(*, tenant_id: int, actor_user, user_id: int) -> dict[str, int]
         user = membership.user
         ProjectMember.objects.filter(user_id=user_id).delete()
         tokens = ApiToken.objects.filter(user_id=user_id, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        membership_id, role = membership.pk, membership.role
         membership.delete()
+        withdrawn = _revoke_invitations_by(user_id, keep_roles=set())
         sessions = 0
         for session in UserSession.objects.filter(user_id=user_id):
             session.end()
@@ -219,11 +248,23 @@ def member_remove(*, tenant_id: int, actor_user, user_id: int) -> dict[str, int]
         Profile.objects.filter(user_id=user_id, tenant_id=tenant_id).update(tenant=None, default_project=None)
         audit_record(
             action="member.remove", tenant_id=tenant_id, actor=actor_user, object_type="projects.membership",
-            object_id=membership.pk if membership.pk else user_id,
-            data={"user": user.get_username(), "role": membership.role, "tokens_revoked": tokens,
-                  "sessions_ended": sessions},
+            object_id=membership_id,
+            data={"user": user.get_username(), "role": role, "tokens_revoked": tokens, "sessions_ended": sessions,
+                  "invitations_withdrawn": withdrawn},
         )  # fmt: skip
     return {"tokens_revoked": tokens, "sessions_ended": sessions}
+
+
+def _lock_people(tenant_id: int) -> None:
+    """Serialize people changes of one tenant (its row locked for the transaction): two owners
+    demoting each other at once then run one after the other, never deadlock."""
+    list(Tenant.objects.select_for_update().filter(pk=tenant_id).values_list("pk", flat=True))
+
+
+def _revoke_invitations_by(user_id: int, *, keep_roles: set[str]) -> int:
+    """Withdraw the pending invitations ``user_id`` sent whose role is not in ``keep_roles``."""
+    pending = Invitation.objects.filter(invited_by_id=user_id, accepted_at__isnull=True, revoked_at__isnull=True)
+    return pending.exclude(role__in=keep_roles).update(revoked_at=timezone.now())
 
 
 def _check_target(membership: Membership, actor: Actor) -> None:
@@ -254,6 +295,13 @@ def people_list(*, tenant_id: int) -> tuple[list[Membership], list[Invitation]]:
 def user_for_invitation(*, username: str, password: str, email: str):
     """A new account for an invitation's address (the caller validated the password)."""
     User = get_user_model()
+    username = (username or "").strip()
+    try:
+        User.username_validator(username)
+    except ValidationError:
+        raise PeopleError("a username may hold letters, digits and . + - _ only") from None
+    if "@" in username:
+        raise PeopleError("a username may not contain @ (it would read as someone's address)")
     if User.objects.filter(email__iexact=email).exists() or EmailAddress.objects.filter(email__iexact=email).exists():
         raise PeopleError(f"an account with {email} exists: sign in with it, then open this link again")
     if User.objects.filter(username__iexact=username).exists():

@@ -58,7 +58,8 @@ def project_create(
     """Create a project (a named bundle of data sources) in the tenant; the slug is made unique.
 
     ``visibility``: ``tenant`` (every member may query it) or ``members`` (owners, admins and its
-    :class:`ProjectMember` rows only). Raises ``ValueError`` naming an unknown visibility.
+    :class:`ProjectMember` rows only). Raises ``ValueError`` naming an unknown visibility. Writes
+    ``project.create`` in the same transaction (as the member and visibility changes below do).
     """
     if visibility not in Project.Visibility.values:
         raise ValueError(f"visibility must be one of {', '.join(Project.Visibility.values)}, got {visibility!r}")
@@ -69,9 +70,14 @@ def project_create(
         while Project.objects.filter(slug=candidate).exists():
             n += 1
             candidate = f"{base}-{n}"
-        return Project.objects.create(
+        project = Project.objects.create(
             tenant_id=tenant_id, name=name, slug=candidate, description=description, visibility=visibility
         )
+        audit_record(
+            action="project.create", tenant_id=tenant_id, object_type="projects.project", object_id=project.pk,
+            data={"project": project.slug, "name": name, "visibility": visibility},
+        )  # fmt: skip
+        return project
 
 
 class ProjectMemberError(ValueError):
@@ -98,6 +104,12 @@ def project_member_add(*, project: Project, user, role: str = ProjectMember.Role
         if not created and member.role != role:
             member.role = role
             member.save(update_fields=["role"])
+        elif not created:
+            return member
+        audit_record(
+            action="project.member_add", tenant_id=project.tenant_id, object_type="projects.projectmember",
+            object_id=member.pk, data={"project": project.slug, "user": user.get_username(), "role": role},
+        )  # fmt: skip
     return member
 
 
@@ -106,6 +118,11 @@ def project_member_remove(*, project: Project, user) -> bool:
     was this one and it is restricted, falls back at read time (``project_default_for_user``)."""
     with tenant_context(project.tenant_id):
         deleted, _ = ProjectMember.objects.filter(project=project, user=user).delete()
+        if deleted:
+            audit_record(
+                action="project.member_remove", tenant_id=project.tenant_id, object_type="projects.project",
+                object_id=project.pk, data={"project": project.slug, "user": user.get_username()},
+            )  # fmt: skip
     return bool(deleted)
 
 
@@ -114,8 +131,13 @@ def project_set_visibility(*, project: Project, visibility: str) -> Project:
     if visibility not in Project.Visibility.values:
         raise ValueError(f"visibility must be one of {', '.join(Project.Visibility.values)}, got {visibility!r}")
     with tenant_context(project.tenant_id):
-        Project.objects.filter(pk=project.pk).update(visibility=visibility)
+        changed = Project.objects.filter(pk=project.pk).exclude(visibility=visibility).update(visibility=visibility)
         project.refresh_from_db(fields=["visibility"])
+        if changed:
+            audit_record(
+                action="project.visibility", tenant_id=project.tenant_id, object_type="projects.project",
+                object_id=project.pk, data={"project": project.slug, "visibility": visibility},
+            )  # fmt: skip
     return project
 
 

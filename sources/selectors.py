@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kbportal.emails import email_key
 from kbportal.tenancy import tenant_context
 from projects.models import Project, Tenant
 from projects.selectors import (
@@ -125,7 +126,7 @@ def user_principals(user, tenant_id: int | None = None) -> tuple[str, ...]:
     from allauth.account.models import EmailAddress
 
     verified = EmailAddress.objects.filter(user=user, verified=True).values_list("email", flat=True)
-    emails = sorted({e.lower() for e in verified})
+    emails = sorted({key for key in map(email_key, verified) if key})
     own = [f"user:{user.pk}", *(f"email:{e}" for e in emails)]
     if tenant_id is None:
         tenant_id = user_tenant_id(user)
@@ -142,7 +143,8 @@ def directory_principals(*, emails: list[str], own: list[str]) -> set[str]:
 
     An identity (``ExternalIdentity``) is held when its email is one of ``emails``, and only when
     no identity with the same principal, in any of the tenant's data sources, reports another
-    email: two people claiming ``slack:U1`` (two workspaces, a changed address) are a conflict
+    email or none: two people claiming ``slack:U1`` (two workspaces, a changed address), or a
+    source that cannot say who ``slack:U1`` is beside one that names an address, are a conflict
     and nobody gets it. A group (``ExternalGroup``) is held when its members name one of the
     person's principals (own or identity) in every data source that exposes that group
     principal: a group name reused by two sites with different members admits only people in
@@ -153,7 +155,6 @@ def directory_principals(*, emails: list[str], own: list[str]) -> set[str]:
     candidates = set(ExternalIdentity.objects.filter(email__in=emails).values_list("principal", flat=True))
     conflicting = set(
         ExternalIdentity.objects.filter(principal__in=candidates)
-        .exclude(email="")
         .exclude(email__in=emails)
         .values_list("principal", flat=True)
     )
@@ -272,24 +273,31 @@ def identity_list(*, tenant_id: int) -> tuple[list[IdentityListing], list[Extern
         identities = list(ExternalIdentity.objects.select_related("source").order_by("source__name", "principal"))
         groups = list(ExternalGroup.objects.select_related("source").order_by("principal", "source__name"))
         member_ids = list(Membership.objects.values_list("user_id", flat=True))
-    verified: dict[str, str] = {}
+    verified_by: dict[int, set[str]] = {}
+    names: dict[int, str] = {}
     for address in EmailAddress.objects.filter(user_id__in=member_ids, verified=True).select_related("user"):
-        verified.setdefault(address.email.lower(), address.user.get_username())
+        key = email_key(address.email)
+        if key:
+            verified_by.setdefault(address.user_id, set()).add(key)
+            names[address.user_id] = address.user.get_username()
     emails_by_principal: dict[str, set[str]] = {}
     for identity in identities:
-        if identity.email:
-            emails_by_principal.setdefault(identity.principal, set()).add(identity.email)
+        emails_by_principal.setdefault(identity.principal, set()).add(identity.email)
     rows = []
     for identity in identities:
-        linked_to, reason = None, ""
-        if not identity.email:
-            reason = "the source shows no email for this person"
-        elif len(emails_by_principal[identity.principal]) > 1:
-            reason = "another source reports a different email for " + identity.principal
-        elif identity.email not in verified:
-            reason = "no member of the organization has verified this email"
-        else:
-            linked_to = verified[identity.email]
+        emails = emails_by_principal[identity.principal]
+        # As directory_principals grants it: a member who verified every email the principal has.
+        holders = [uid for uid, keys in verified_by.items() if "" not in emails and emails <= keys]
+        linked_to, reason = (names[holders[0]], "") if len(holders) == 1 else (None, "")
+        if linked_to is None:
+            if not identity.email:
+                reason = "the source shows no email for this person"
+            elif len(emails) > 1:
+                reason = "another source reports a different email, or none, for " + identity.principal
+            elif len(holders) > 1:
+                reason = "several members have verified this email"
+            else:
+                reason = "no member of the organization has verified this email"
         rows.append(IdentityListing(identity, identity.source.name, linked_to, reason))
     rows.sort(key=lambda r: (r.linked_to is not None, r.source_name, r.identity.principal))
     return rows, groups

@@ -4,6 +4,7 @@ webhook. Each parses the request, calls a selector or service (``sources.selecto
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import RequestDataTooBig
@@ -13,15 +14,22 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from kbportal.tenancy import tenant_context
-from projects.models import Project, Tenant
+from projects.models import Membership, Project, ProjectMember, Tenant
 from projects.selectors import user_is_tenant_admin, user_tenant_id
+from projects.services import project_create, project_member_add, project_member_remove, project_set_visibility
 from sources.connectors.base import ConnectorError
 from sources.connectors.registry import connector_kinds, get_connector_class
 from sources.forms import SourceForm, config_form_class
 from sources.models import DataSource, ProjectSource
 from sources.scheduling import source_health_list, source_sync_queue
 from sources.selectors import identity_list, source_sync_allowed
-from sources.services.managed import managed_source_create, managed_source_update, source_check, upload_store
+from sources.services.managed import (
+    managed_source_create,
+    managed_source_update,
+    project_sources_set,
+    source_check,
+    upload_store,
+)
 from sources.webhooks import SIGNATURE_HEADER, git_push_receive
 
 
@@ -217,3 +225,86 @@ def _source_page(
     context = {"kind": kind, "source": source, "form": form, "config_form": config_form, "check": check,
                "error": error}  # fmt: skip
     return render(request, "sources/manage_source.html", context)
+
+
+# ---------- /manage/projects/: projects, their visibility, members and sources ----------------------
+
+
+class NewProjectForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    visibility = forms.ChoiceField(choices=Project.Visibility.choices, initial=Project.Visibility.TENANT)
+
+
+@login_required
+def manage_projects(request: HttpRequest) -> HttpResponse:
+    """``/manage/projects/``: the organization's projects; POST creates one."""
+    tenant_id = _admin_tenant_or_404(request)
+    form = NewProjectForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        project = project_create(tenant_id=tenant_id, name=form.cleaned_data["name"],
+                                 visibility=form.cleaned_data["visibility"])  # fmt: skip
+        messages.success(request, f"Created project {project.name}.")
+        return redirect("sources:manage_project", project.slug)
+    with tenant_context(tenant_id):
+        projects = list(Project.objects.order_by("name"))
+        counts = {p.pk: 0 for p in projects}
+        for project_id in ProjectSource.objects.values_list("project_id", flat=True):
+            counts[project_id] = counts.get(project_id, 0) + 1
+    rows = [(p, counts.get(p.pk, 0)) for p in projects]
+    return render(request, "sources/manage_projects.html", {"rows": rows, "form": form})
+
+
+@login_required
+def manage_project(request: HttpRequest, slug: str) -> HttpResponse:
+    """``/manage/projects/<slug>/``: visibility, members (viewer/editor) and attached sources.
+
+    POST ``action`` = ``visibility`` (visibility), ``member_add`` (user, role), ``member_remove``
+    (user) or ``sources`` (source ids); each through its service, each one audit event."""
+    tenant_id = _admin_tenant_or_404(request)
+    with tenant_context(tenant_id):
+        project = Project.objects.filter(slug=slug).first()
+        if project is None:
+            raise Http404("no such project")
+        tenant_users = {m.user_id: m.user for m in Membership.objects.select_related("user")}
+    if request.method == "POST":
+        action = request.POST.get("action")
+        try:
+            if action == "visibility":
+                project_set_visibility(project=project, visibility=request.POST.get("visibility", ""))
+            elif action in ("member_add", "member_remove"):
+                user = tenant_users.get(_as_int(request.POST.get("user")))
+                if user is None:
+                    raise ValueError("no such member of this organization")
+                if action == "member_add":
+                    project_member_add(project=project, user=user, role=request.POST.get("role", ""))
+                else:
+                    project_member_remove(project=project, user=user)
+            elif action == "sources":
+                project_sources_set(
+                    tenant_id=tenant_id, project_id=project.pk,
+                    source_ids=[_as_int(s) for s in request.POST.getlist("sources")],
+                )  # fmt: skip
+            else:
+                raise ValueError("unknown action")
+            messages.success(request, "Saved.")
+            return redirect("sources:manage_project", project.slug)
+        except (ValueError, ConnectorError) as exc:
+            messages.error(request, str(exc))
+    with tenant_context(tenant_id):
+        members = list(ProjectMember.objects.filter(project=project).select_related("user").order_by("user__username"))
+        sources = list(DataSource.objects.order_by("name"))
+        attached = set(ProjectSource.objects.filter(project=project).values_list("source_id", flat=True))
+    in_project = {m.user_id for m in members}
+    context = {
+        "project": project, "members": members, "sources": [(s, s.pk in attached) for s in sources],
+        "candidates": sorted((u for pk, u in tenant_users.items() if pk not in in_project), key=lambda u: u.username),
+        "visibilities": Project.Visibility.choices, "roles": ProjectMember.Role.choices,
+    }  # fmt: skip
+    return render(request, "sources/manage_project.html", context)
+
+
+def _as_int(value: str | None) -> int:
+    try:
+        return int(value or "")
+    except ValueError:
+        raise ValueError("no such member or source") from None

@@ -24,6 +24,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from kbportal.emails import email_key
+
 
 def json_object(value: Any) -> dict[str, Any]:
     """``value`` when it is a JSON object (a dict), else an empty one: for reading optional
@@ -165,9 +167,7 @@ class Directory:
         principal = principal.strip()
         if not principal:
             return
-        email = (email or "").strip().lower()
-        if email and ("@" not in email or any(c.isspace() for c in email)):
-            email = ""  # not an address: links to nobody
+        email = email_key(email)  # "" when it is not an address: links to nobody
         seen = self.people.setdefault(principal, DirectoryPerson(principal))
         seen.email = seen.email or email[:254]
         seen.name = seen.name or (name or "").strip()[:200]

@@ -228,3 +228,25 @@ def source_check(*, tenant_id: int, kind: str, config: dict[str, Any], source_id
         config["path"] = managed_path(kind, str(config["path"]), tenant)
     merged = config_merge_secrets(kind=kind, old=stored, new=config, label=kind)
     return build_connector(kind, merged, source_label=kind).check()
+
+
+def project_sources_set(*, tenant_id: int, project_id: int, source_ids: Iterable[int]) -> list[int]:
+    """Attach exactly ``source_ids`` (sources of the tenant) to the project; returns them sorted.
+    Raises ``ConnectorError`` for an id that is not a source of this organization. Writes
+    ``project.sources`` with what was attached and detached, when anything changed."""
+    with tenant_context(tenant_id):
+        project = Project.objects.get(pk=project_id)
+        wanted = {int(s) for s in source_ids}
+        found = set(DataSource.objects.filter(pk__in=wanted).values_list("pk", flat=True))
+        if wanted - found:
+            raise ConnectorError("sources: not data sources of this organization")
+        before = set(ProjectSource.objects.filter(project=project).values_list("source_id", flat=True))
+        ProjectSource.objects.filter(project=project).exclude(source_id__in=found).delete()
+        for source_id in found - before:
+            ProjectSource.objects.create(tenant_id=tenant_id, project=project, source_id=source_id)
+        if found != before:
+            audit_record(
+                action="project.sources", tenant_id=tenant_id, object_type="projects.project", object_id=project.pk,
+                data={"project": project.slug, "attached": sorted(found - before), "detached": sorted(before - found)},
+            )  # fmt: skip
+    return sorted(found)

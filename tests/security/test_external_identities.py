@@ -276,3 +276,57 @@ def test_git_authors_are_listed_and_link_only_through_a_verified_address(acme, t
     bo_row = body.split('data-principal="email:bo@acme.test"', 1)[1].split("</tr>", 1)[0]
     assert ">ada<" in ada_row and "Ada Author" in ada_row
     assert "unlinked: no member of the organization has verified this email" in bo_row
+
+
+def test_a_group_one_source_cannot_read_stays_closed_whatever_another_source_lists(acme):
+    """Wiki A restricts its page to a group whose members it cannot read; wiki B lists Wei in a
+    group of the same name. B's list does not open A's page."""
+    a_world, b_world = _wiki(), _wiki()
+    del a_world.groups["finance-leads"]
+    b_world.groups["finance-leads"] = ["Wei Chen"]
+    a, b = FakeConfluence(a_world), FakeConfluence(b_world)
+    try:
+        a_id = _confluence(acme, a, name="Wiki A")
+        assert source_ingest(tenant_id=acme.tenant.pk, source_id=a_id).status == "partial"
+        b_id = _confluence(acme, b, name="Wiki B")
+        assert source_ingest(tenant_id=acme.tenant.pk, source_id=b_id).status == "succeeded"
+    finally:
+        a.close()
+        b.close()
+    wei = _person(acme, "wei", "wei.chen@erb.example")
+    assert "group:finance-leads" not in user_principals(wei)
+    assert not _reads(wei, PLAN, "finance plan budget line HERON-5521")
+
+
+def test_an_identity_a_source_shows_no_email_for_is_not_claimed_through_another_source(acme, tmp_path):
+    """Export A (no profile emails) has Pat in #exec; export B names Pat's user id with Eve's address."""
+    _slack_source(acme, _export(tmp_path / "a", members=[PAT], emails={}), name="Slack A")
+    _slack_source(acme, _export(tmp_path / "b", members=[QUINN], emails={PAT: "eve@elsewhere.test"}), name="Slack B")
+    eve = _person(acme, "eve", "eve@elsewhere.test")
+    assert f"slack:{PAT}" not in user_principals(eve)
+    assert not _reads(eve, SECRET, "offsite budget code WALRUS-7731")
+
+
+def test_a_lookalike_address_does_not_fold_into_the_identitys(acme, tmp_path):
+    """U+212A KELVIN SIGN lower-cases to ASCII k in Python: a different mailbox, never a match."""
+    _slack_source(acme, _export(tmp_path / "k", members=[PAT], emails={PAT: "kim@acme.test"}), name="Slack K")
+    kelvin = _person(acme, "kelvin", "\u212aim@acme.test")
+    assert f"slack:{PAT}" not in user_principals(kelvin)
+    assert not _reads(kelvin, SECRET, "offsite budget code WALRUS-7731")
+    kim = _person(acme, "kim", "KIM@acme.test")
+    assert f"slack:{PAT}" in user_principals(kim)
+
+
+def test_the_identity_list_agrees_with_who_holds_the_principal(acme, tmp_path):
+    from sources.selectors import identity_list
+
+    _slack_source(acme, _export(tmp_path / "p1", members=[PAT], emails={PAT: "pat@acme.test"}), name="Slack P1")
+    _slack_source(acme, _export(tmp_path / "p2", members=[PAT], emails={PAT: "pat@home.test"}), name="Slack P2")
+    pat = _person(acme, "pat", "pat@acme.test")
+    EmailAddress.objects.create(user=pat, email="pat@home.test", verified=True)
+    assert f"slack:{PAT}" in user_principals(pat)
+    rows, _ = identity_list(tenant_id=acme.tenant.pk)
+    assert {(r.source_name, r.linked_to) for r in rows if r.identity.principal == f"slack:{PAT}"} == {
+        ("Slack P1", "pat"),
+        ("Slack P2", "pat"),
+    }

@@ -116,8 +116,9 @@ class ConfluenceConnector(Connector):
     def _read_groups(self, report: IngestReport) -> None:
         """Read the members of every group a restriction named (``GET /rest/api/group/member?name=``,
         paged), into ``self.directory``. A group whose members cannot be read (no permission, a
-        group that is gone) is dropped from the directory and ``report.skip``-ped: nobody is
-        then known to be in it, so its pages stay closed to everyone but the users they name."""
+        group that is gone) is kept with no members and ``report.skip``-ped: nobody is then taken
+        to be in it, here or through another source exposing the same name, so its pages stay
+        closed to everyone but the users they name."""
         for principal in sorted(self.directory.groups):
             name = principal.removeprefix("group:")
             members: set[str] = set()
@@ -137,7 +138,9 @@ class ConfluenceConnector(Connector):
             except AtlassianError as exc:
                 if exc.status not in (403, 404):
                     raise
-                del self.directory.groups[principal]
+                # Kept with no members: a source exposing the name it cannot vouch for keeps the
+                # group closed everywhere (``sources.selectors.directory_principals``).
+                self.directory.groups[principal].members.clear()
                 reason = f"its members could not be read (HTTP {exc.status}); nobody is taken to be in it"
                 report.skip(principal, reason)
                 continue
