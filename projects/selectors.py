@@ -359,3 +359,9 @@ def api_token_get_for_operator(prefix: str) -> ApiToken:
         if token is not None:
             return token
     raise ApiTokenRejected("unknown", f"no API token with prefix {prefix!r}")
+
+
+def api_token_get_for_tenant(*, tenant_id: int, prefix: str) -> ApiToken | None:
+    """The tenant's token with public ``prefix``, or ``None`` (another tenant's: the same)."""
+    with tenant_context(tenant_id):
+        return ApiToken.objects.filter(prefix=prefix).first()

@@ -9,5 +9,6 @@ urlpatterns = [
     path("tokens/<slug:prefix>/revoke/", views.token_revoke, name="token_revoke"),
     path("manage/", views.manage_home, name="manage"),
     path("manage/people/", views.manage_people, name="manage_people"),
+    path("manage/tokens/", views.manage_tokens, name="manage_tokens"),
     path("invite/<slug:tenant_slug>/<str:token>/", views.invitation, name="invitation"),
 ]

@@ -16,7 +16,8 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from projects.models import Membership, Tenant
+from kbportal.tenancy import tenant_context
+from projects.models import Membership, Project, Tenant
 from projects.people import (
     INVITATION_DAYS,
     PeopleError,
@@ -30,7 +31,9 @@ from projects.people import (
     user_for_invitation,
 )
 from projects.selectors import (
+    api_token_get_for_tenant,
     api_token_get_for_user,
+    api_token_list_for_tenant,
     api_token_list_for_user,
     project_list_for_user,
     user_is_tenant_admin,
@@ -316,4 +319,51 @@ def invitation(request: HttpRequest, tenant_slug: str, token: str) -> HttpRespon
     response = render(request, "projects/invitation.html", context)
     response["Cache-Control"] = "no-store"
     response["Referrer-Policy"] = "no-referrer"  # the token is in this page's address
+    return response
+
+
+class ServiceTokenForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="What the token is for, e.g. “nightly report job”.")
+    project = forms.ChoiceField(label="Project", help_text="A service token acts for no person, within one project.")
+    expires_in_days = forms.IntegerField(
+        required=False, min_value=1, max_value=3650, label="Expires after (days)", help_text="Blank: never."
+    )
+
+    def __init__(self, *args, projects=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["project"].choices = [(str(p.public_id), p.name) for p in projects]
+
+
+@login_required
+def manage_tokens(request: HttpRequest) -> HttpResponse:
+    """``/manage/tokens/``: every API token of the organization (people's and service tokens):
+    revoke any (POST ``revoke``=prefix), create a service token (its secret shown once)."""
+    tenant_id = _managed_tenant(request)
+    tenant = Tenant.objects.get(pk=tenant_id)
+    with tenant_context(tenant_id):
+        projects = list(Project.objects.order_by("name"))
+    form = ServiceTokenForm(request.POST if request.POST.get("action") == "create" else None, projects=projects)
+    created = None
+    if request.method == "POST":
+        if request.POST.get("action") == "revoke":
+            token = api_token_get_for_tenant(tenant_id=tenant_id, prefix=request.POST.get("prefix", ""))
+            if token is None:
+                raise Http404("no such token")
+            api_token_revoke(token=token)
+            messages.success(request, f"Token “{token.name}” (kb_{token.prefix}) is revoked.")
+            return redirect("projects:manage_tokens")
+        if form.is_valid():
+            project = next(p for p in projects if str(p.public_id) == form.cleaned_data["project"])
+            try:
+                _, created = api_token_create(
+                    tenant=tenant, user=None, name=form.cleaned_data["name"], project=project,
+                    expires_in_days=form.cleaned_data["expires_in_days"],
+                )  # fmt: skip
+                form = ServiceTokenForm(projects=projects)
+            except ApiTokenError as exc:
+                form.add_error(None, str(exc))
+    context = {"tokens": api_token_list_for_tenant(tenant_id=tenant_id), "form": form, "created": created}
+    response = render(request, "projects/manage_tokens.html", context)
+    if created:
+        response["Cache-Control"] = "no-store"  # the secret is on this page only
     return response

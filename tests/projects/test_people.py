@@ -225,3 +225,30 @@ def test_an_invitation_signup_refuses_a_misleading_username(acme, username):
                                 "password2": "Long-enough-pass-42"})  # fmt: skip
     assert page.status_code == 200 and "a username may" in page.content.decode()
     assert not get_user_model().objects.filter(username=username).exists()
+
+
+def test_admins_list_and_revoke_every_token_and_create_service_tokens(acme, make_tenant):
+    member = _member(acme, "scripter")
+    _, personal = api_token_create(tenant=acme.tenant, user=member, name="laptop")
+    admin = _client(acme.admin)
+    assert admin.get("/manage/").status_code == 200
+    page = admin.post("/manage/tokens/", {"action": "create", "name": "nightly job",
+                                          "project": str(acme.project.public_id)})  # fmt: skip
+    assert page["Cache-Control"] == "no-store"
+    secret = re.search(r'<code id="new-token">(kb_[^<]+)</code>', page.content.decode()).group(1)
+    assert Client(HTTP_AUTHORIZATION=f"Bearer {secret}").get("/api/v1/projects").status_code == 200
+    listing = admin.get("/manage/tokens/").content.decode()
+    assert secret not in listing and "laptop" in listing and "nightly job" in listing and ">service<" in listing
+    prefix = personal.split("_")[1]
+    assert (
+        make_tenant
+        and _client(make_tenant("ppltok").admin)
+        .post("/manage/tokens/", {"action": "revoke", "prefix": prefix})
+        .status_code
+        == 404
+    )  # another organization's admin
+    assert _client(member).get("/manage/tokens/").status_code == 404
+    admin.post("/manage/tokens/", {"action": "revoke", "prefix": prefix})
+    assert Client(HTTP_AUTHORIZATION=f"Bearer {personal}").get("/api/v1/projects").status_code == 401
+    [revoked] = _events(acme.tenant.pk, "token.revoke")
+    assert revoked.actor_id == acme.admin.pk and revoked.data["prefix"] == prefix

@@ -193,3 +193,43 @@ def test_source_pages_are_closed_to_members_outsiders_and_other_organizations(ac
     assert as_other.get(f"/manage/sources/{source.slug}/").status_code == 404
     assert "Acme docs" not in as_other.get("/manage/sources/").content.decode()
     assert as_other.post(f"/manage/sources/{source.slug}/", _docs_form(other)).status_code == 404
+
+
+def test_admins_manage_projects_members_and_attached_sources(acme, make_tenant):
+    from django.contrib.auth import get_user_model
+
+    from projects.models import Project
+    from projects.selectors import ScopeNotFound
+    from projects.services import membership_create
+
+    admin = _admin(acme)
+    assert admin.post("/manage/projects/", {"name": "Finance", "visibility": "members"}).status_code == 302
+    source = source_create(tenant_id=acme.tenant.pk, kind="docs", name="Ledger docs", config={"path": "/tmp"})
+    member = get_user_model().objects.create_user("mg-viewer", "", "pw-" + "v" * 12)
+    membership_create(tenant_id=acme.tenant.pk, user=member)
+    with pytest.raises(ScopeNotFound):
+        scope_for_user(member, "finance")
+    admin.post("/manage/projects/finance/", {"action": "member_add", "user": member.pk, "role": "viewer"})
+    admin.post("/manage/projects/finance/", {"action": "sources", "sources": [source.pk]})
+    assert scope_for_user(member, "finance").allowed_source_ids == (source.pk,)
+    admin.post("/manage/projects/finance/", {"action": "member_remove", "user": member.pk})
+    with pytest.raises(ScopeNotFound):
+        scope_for_user(member, "finance")
+    admin.post("/manage/projects/finance/", {"action": "visibility", "visibility": "tenant"})
+    with tenant_context(acme.tenant.pk):
+        assert Project.objects.get(slug="finance").visibility == "tenant"
+        actions = list(
+            AuditEvent.objects.filter(action__startswith="project.", data__project="finance")
+            .order_by("id")
+            .values_list("action", flat=True)
+        )
+    assert actions == ["project.create", "project.member_add", "project.sources", "project.member_remove",
+                       "project.visibility"]  # fmt: skip
+    # Another organization's admin: no such project, and no way to add their people to it.
+    other = make_tenant("mgprj")
+    outsider = Client()
+    outsider.force_login(other.admin)
+    assert outsider.get("/manage/projects/finance/").status_code == 404
+    forged = admin.post("/manage/projects/finance/", {"action": "member_add", "user": other.admin.pk,
+                                                      "role": "editor"}, follow=True)  # fmt: skip
+    assert "no such member of this organization" in forged.content.decode()
