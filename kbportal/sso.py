@@ -47,7 +47,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -243,7 +243,9 @@ def sso_member_join(*, user: Any, decision: SsoDecision) -> bool:
         projects = [p for p in _service("project_list_for_user")(user) if p.tenant_id == tenant_id]
         if projects:
             first = min(projects, key=lambda p: (p.created_at, p.pk))
-            _service("profile_set_default_project")(user=user, tenant_id=tenant_id, project_id=first.pk)
+            _service("profile_set_default_project")(
+                user=user, tenant_id=tenant_id, project_id=first.pk, chosen=False
+            )  # given, not chosen: the first login still leads to onboarding
     return joined
 
 
@@ -429,6 +431,17 @@ def sso_end_session_url(request: HttpRequest, *, after: str) -> str | None:
     return f"{endpoint}{'&' if '?' in endpoint else '?'}{query}"
 
 
+_login_redirect: Callable[[Any, str], str | None] | None = None
+
+
+def sso_register_login_redirect(resolver: Callable[[Any, str], str | None]) -> None:
+    """Let a higher layer send a signed-in user elsewhere first: ``resolver(user, url)`` returns
+    the address to go to instead of ``url`` (the default after login), or ``None``. The projects
+    app registers onboarding here (a first login chooses a default project)."""
+    global _login_redirect
+    _login_redirect = resolver
+
+
 class SsoAccountAdapter(DefaultAccountAdapter):
     """django-allauth's account adapter; after logging out of a session that signed in through a
     provider with ``logout_at_provider``, the browser goes on to the provider's logout
@@ -438,6 +451,19 @@ class SsoAccountAdapter(DefaultAccountAdapter):
         # No self-service accounts: a stranger's account holding someone's email would be linked
         # to that person's first SSO login (SOCIALACCOUNT_EMAIL_AUTHENTICATION).
         return False
+
+    def get_login_redirect_url(self, request: HttpRequest) -> str:
+        url = super().get_login_redirect_url(request)
+        if _login_redirect is not None and request.user.is_authenticated:
+            return _login_redirect(request.user, url) or url
+        return url
+
+    def get_signup_redirect_url(self, request: HttpRequest) -> str:
+        # An SSO first login is a signup to allauth: it leads to onboarding as any first login does.
+        url = super().get_signup_redirect_url(request)
+        if _login_redirect is not None and request.user.is_authenticated:
+            return _login_redirect(request.user, url) or url
+        return url
 
     def get_logout_redirect_url(self, request: HttpRequest) -> str:
         url = super().get_logout_redirect_url(request)

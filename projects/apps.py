@@ -22,6 +22,23 @@ def session_record(sender, request=None, user=None, **kwargs) -> None:
     )
 
 
+def onboarding_redirect(user, url: str) -> str | None:
+    """Where a user goes after signing in instead of ``url``: onboarding (choose a default
+    project) until they have done it once, for a member of an organization; else ``None``."""
+    from django.urls import reverse
+    from django.utils.http import urlencode
+
+    from projects.models import Profile
+    from projects.selectors import membership_list_for_user
+
+    profile = Profile.objects.filter(user=user).first()
+    if profile is not None and profile.onboarded_at is not None:
+        return None
+    if not membership_list_for_user(user):
+        return None  # the ask page sends them to create or join an organization
+    return reverse("projects:onboarding") + "?" + urlencode({"next": url})
+
+
 class ProjectsConfig(AppConfig):
     name = "projects"
     verbose_name = "Tenants and projects"
@@ -32,7 +49,9 @@ class ProjectsConfig(AppConfig):
         from django.contrib.auth.signals import user_logged_in
 
         from kbportal.audit import audit_register_user_tenant
+        from kbportal.sso import sso_register_login_redirect
         from projects.selectors import user_tenant_id
 
         audit_register_user_tenant(user_tenant_id)
         user_logged_in.connect(session_record, dispatch_uid="projects.session_record")
+        sso_register_login_redirect(onboarding_redirect)

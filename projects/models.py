@@ -111,6 +111,9 @@ class Profile(models.Model):
     default_project = models.ForeignKey(
         Project, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_constraint=True
     )
+    onboarded_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the user chose their default project; until then a login leads there."
+    )
 
     def __str__(self) -> str:
         return f"profile of {self.user}"

@@ -145,9 +145,11 @@ class ProjectNotFound(LookupError):
     """The project does not exist in the user's tenant (or the user may not use it)."""
 
 
-def profile_set_default_project(*, user, tenant_id: int, project_id: int) -> Profile:
-    """Set the project that scopes the user's queries. Raises ``ProjectNotFound`` unless the user
-    may read it (``projects.selectors.project_queryset_readable``)."""
+def profile_set_default_project(*, user, tenant_id: int, project_id: int, chosen: bool = True) -> Profile:
+    """Set the project that scopes the user's queries. ``chosen``: the user (or the operator for
+    them) picked it, which completes onboarding, so later logins no longer lead there; a default
+    given automatically (an SSO first login) passes ``False``. Raises ``ProjectNotFound`` unless
+    the user may read it (``projects.selectors.project_queryset_readable``)."""
     with tenant_context(tenant_id, user_id=user.pk):
         if not Membership.objects.filter(user=user).exists():
             raise ProjectNotFound("you are not a member of this organization")
@@ -156,7 +158,9 @@ def profile_set_default_project(*, user, tenant_id: int, project_id: int) -> Pro
         profile, _ = Profile.objects.get_or_create(user=user)
         profile.tenant_id = tenant_id
         profile.default_project_id = project_id
-        profile.save(update_fields=["tenant", "default_project"])
+        if chosen:
+            profile.onboarded_at = profile.onboarded_at or timezone.now()
+        profile.save(update_fields=["tenant", "default_project", "onboarded_at"])
     return profile
 
 

@@ -14,6 +14,7 @@ from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from kbportal.tenancy import tenant_context
@@ -97,11 +98,19 @@ def onboarding(request: HttpRequest) -> HttpResponse:
                     raise ProjectNotFound("choose one of the listed projects")
                 profile_set_default_project(user=request.user, tenant_id=tenant_id, project_id=chosen.pk)
                 messages.success(request, f"Your default project is now {chosen.name}.")
-                return redirect("search:ask")
+                return redirect(_next(request))
         except ProjectNotFound as exc:
             messages.error(request, str(exc))
     context = {"projects": projects, "project_form": project_form if is_admin else None}
     return render(request, "projects/onboarding.html", context)
+
+
+def _next(request: HttpRequest) -> str:
+    """The ``next`` address of an onboarding form when it is a path of this site, else the ask page."""
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=False):
+        return target
+    return reverse("search:ask")
 
 
 class TokenForm(forms.Form):

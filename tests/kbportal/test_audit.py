@@ -157,7 +157,8 @@ def test_events_are_kept_apart_by_tenant(make_tenant):
     a, b = make_tenant("aud-a").tenant, make_tenant("aud-b").tenant
     mine, theirs = _event(a.pk, "ask"), _event(b.pk, "ask")
     with tenant_context(a.pk):
-        assert list(AuditEvent.objects.values_list("pk", flat=True)) == [mine.pk]
+        assert list(AuditEvent.objects.filter(action="ask").values_list("pk", flat=True)) == [mine.pk]
+        assert {e.tenant_id for e in AuditEvent.objects.all()} == {a.pk}  # its project.create too
         assert list(AuditEvent.all_tenants.filter(action="ask").values_list("pk", flat=True)) == [mine.pk]
         with pytest.raises(ProgrammingError, match="row-level security"):
             with transaction.atomic(), connection.cursor() as cursor:

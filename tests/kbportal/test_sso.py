@@ -37,6 +37,7 @@ CUSTOM = {"test_rows": "tests.search.rows_connector.RowsConnector"}
 ACME_MARKER = "pangolin expense workflow"
 GLOBEX_MARKER = "quokka merger dossier"
 ACME_DOMAIN, GLOBEX_DOMAIN = "acme.sso.test", "globex.sso.test"
+ONBOARDING = "/onboarding/?next=%2F"  # where a login lands until the person has chosen a default project
 
 # The provider's people: accountId -> claims. email_verified is what the provider asserts.
 ACCOUNTS = {
@@ -301,7 +302,9 @@ def test_first_login_creates_member_with_default_project_and_second_login_reuses
     session, final, params = sso_login(world, "acme-idp", "alice")
     assert params["code_challenge_method"] == "S256" and len(params["code_challenge"]) >= 43  # PKCE
     assert params["client_id"] == "acme-client" and params["response_type"] == "code"
-    assert final.status_code == 200 and final.url == f"{world.portal}/", final.text[:500]
+    # A first login leads to onboarding: choose the default project (the one given is preselected).
+    assert final.status_code == 200 and final.url == f"{world.portal}{ONBOARDING}", final.text[:500]
+    assert "Your default project" in final.text
 
     [alice] = _users_with_email(ACCOUNTS["alice"]["email"])
     membership = _membership(world.acme.tenant.pk, alice.pk)
@@ -322,7 +325,11 @@ def test_first_login_creates_member_with_default_project_and_second_login_reuses
     [login] = _events("login", actor_id=alice.pk)
     assert login.tenant_id == world.acme.tenant.pk
 
-    # Second login, fresh browser: the same user, no second join, a second login event.
+    chosen = session.post(final.url, data={"csrfmiddlewaretoken": _csrf(final.text), "action": "choose",
+                                           "project": str(world.acme.project.public_id)}, timeout=30)  # fmt: skip
+    assert chosen.status_code == 200 and chosen.url == f"{world.portal}/"
+
+    # Second login, fresh browser: the same user, no second join, a second login event; onboarded.
     _, again, _ = sso_login(world, "acme-idp", "alice")
     assert again.status_code == 200 and again.url == f"{world.portal}/"
     assert [u.pk for u in _users_with_email(ACCOUNTS["alice"]["email"])] == [alice.pk]
@@ -375,7 +382,7 @@ def test_provider_bound_to_no_tenant_is_refused(world):
 def test_existing_user_with_that_verified_email_is_linked_not_duplicated(world):
     assert _membership(world.acme.tenant.pk, world.dave.pk) is None
     session, final, _ = sso_login(world, "acme-idp", "dave")
-    assert final.status_code == 200 and final.url == f"{world.portal}/"
+    assert final.status_code == 200 and final.url == f"{world.portal}{ONBOARDING}"
     assert [u.pk for u in _users_with_email(ACCOUNTS["dave"]["email"])] == [world.dave.pk]
     world.dave.refresh_from_db()
     assert world.dave.socialaccount_set.get().provider == "acme-idp"
@@ -435,12 +442,12 @@ def test_logout_ends_the_session_here_and_at_the_provider(world):
     assert back.url.startswith(f"{world.portal}/accounts/login/")  # back at the portal, signed out
     # The provider's session is gone too: signing in again asks who you are (sso_login posts the form).
     _, again, _ = sso_login(world, "acme-idp", "frank", session=session)
-    assert again.status_code == 200 and again.url == f"{world.portal}/"
+    assert again.status_code == 200 and again.url == f"{world.portal}{ONBOARDING}"
 
 
 def test_logout_through_a_provider_without_logout_at_provider_stays_on_the_portal(world):
     session, final, _ = sso_login(world, "globex-idp", "kim")
-    assert final.status_code == 200 and final.url == f"{world.portal}/"
+    assert final.status_code == 200 and final.url == f"{world.portal}{ONBOARDING}"
     out = session.post(
         f"{world.portal}/accounts/logout/",
         data={"csrfmiddlewaretoken": _csrf(final.text)},

@@ -252,3 +252,21 @@ def test_admins_list_and_revoke_every_token_and_create_service_tokens(acme, make
     assert Client(HTTP_AUTHORIZATION=f"Bearer {personal}").get("/api/v1/projects").status_code == 401
     [revoked] = _events(acme.tenant.pk, "token.revoke")
     assert revoked.actor_id == acme.admin.pk and revoked.data["prefix"] == prefix
+
+
+def test_a_first_password_login_leads_to_choosing_a_default_project_once(acme):
+    user = get_user_model().objects.create_user("first-timer", "", "pw-" + "f" * 12)
+    membership_create(tenant_id=acme.tenant.pk, user=user)
+    browser = Client()
+    first = browser.post("/accounts/login/", {"login": "first-timer", "password": "pw-" + "f" * 12})
+    assert first.status_code == 302 and first["Location"] == "/onboarding/?next=%2F"
+    chosen = browser.post(first["Location"], {"action": "choose", "project": str(acme.project.public_id)})
+    assert chosen.status_code == 302 and chosen["Location"] == "/"
+    browser.post("/accounts/logout/")
+    second = Client()
+    again = second.post("/accounts/login/", {"login": "first-timer", "password": "pw-" + "f" * 12})
+    assert again.status_code == 302 and again["Location"] == "/"
+    # A next address off this site is not followed.
+    evil = second.post("/onboarding/?next=https://evil.example/", {"action": "choose",
+                                                                   "project": str(acme.project.public_id)})  # fmt: skip
+    assert evil["Location"] == "/"
