@@ -10,5 +10,6 @@ urlpatterns = [
     path("manage/", views.manage_home, name="manage"),
     path("manage/people/", views.manage_people, name="manage_people"),
     path("manage/tokens/", views.manage_tokens, name="manage_tokens"),
+    path("manage/sso/", views.manage_sso, name="manage_sso"),
     path("invite/<slug:tenant_slug>/<str:token>/", views.invitation, name="invitation"),
 ]

@@ -376,3 +376,15 @@ def manage_tokens(request: HttpRequest) -> HttpResponse:
     if created:
         response["Cache-Control"] = "no-store"  # the secret is on this page only
     return response
+
+
+@login_required
+def manage_sso(request: HttpRequest) -> HttpResponse:
+    """``/manage/sso/``: the organization's single sign-on providers with their email domains and
+    the role of new members (read-only: the operator adds them, see the page)."""
+    from kbportal.models import TenantIdentityProvider
+
+    tenant_id = _managed_tenant(request)
+    with tenant_context(tenant_id):
+        providers = list(TenantIdentityProvider.objects.select_related("social_app").order_by("social_app__name"))
+    return render(request, "projects/manage_sso.html", {"providers": providers})

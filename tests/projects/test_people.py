@@ -270,3 +270,18 @@ def test_a_first_password_login_leads_to_choosing_a_default_project_once(acme):
     evil = second.post("/onboarding/?next=https://evil.example/", {"action": "choose",
                                                                    "project": str(acme.project.public_id)})  # fmt: skip
     assert evil["Location"] == "/"
+
+
+def test_the_sso_page_lists_the_organizations_own_providers_without_their_secrets(acme, make_tenant):
+    from kbportal.sso import sso_provider_create
+
+    other = make_tenant("pplsso")
+    for tenant, provider_id, domain in ((acme, "ppl-acme-idp", "acme-ppl.test"), (other, "ppl-other-idp", "o.test")):
+        sso_provider_create(
+            tenant_id=tenant.tenant.pk, name=f"{provider_id} name", provider_id=provider_id,
+            server_url="https://idp.example.test", client_id="cid", secret=f"{provider_id}-SECRET", domains=[domain],
+        )  # fmt: skip
+    page = _client(acme.admin).get("/manage/sso/").content.decode()
+    assert 'data-provider="ppl-acme-idp"' in page and "acme-ppl.test" in page
+    assert "SECRET" not in page and "ppl-other-idp" not in page
+    assert _client(_member(acme, "plain-sso")).get("/manage/sso/").status_code == 404
