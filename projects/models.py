@@ -178,6 +178,9 @@ class Invitation(TenantOwned):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     revoked_at = models.DateTimeField(null=True, blank=True)
+    sent_by_operator = models.BooleanField(
+        default=False, help_text="Sent by the platform operator (manage.py tenant add), not by a member."
+    )
 
     class Meta:
         ordering = ["-created_at"]

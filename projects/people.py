@@ -108,6 +108,32 @@ def member_invite(*, tenant_id: int, actor_user, email: str, role: str) -> tuple
     return invitation, token
 
 
+def operator_invite(*, tenant_id: int, email: str, role: str = Membership.Role.OWNER) -> tuple[Invitation, str]:
+    """The platform operator invites ``email`` (``manage.py tenant add``: a new organization's first
+    owner); returns ``(invitation, plain token)`` as :func:`member_invite` does. Raises
+    :class:`PeopleError` for a bad address or role. Writes ``member.invite`` with no actor."""
+    email = email_key(email)
+    try:
+        if len(email) > 254:
+            raise ValidationError("too long")
+        validate_email(email)
+    except ValidationError:
+        raise PeopleError(f"{email[:100]!r} is not an email address of at most 254 characters") from None
+    if role not in _ROLES:
+        raise PeopleError(f"unknown role {role!r}: choose one of {', '.join(sorted(_ROLES))}")
+    token = secrets.token_urlsafe(32)
+    with tenant_context(tenant_id):
+        invitation = Invitation.objects.create(
+            tenant_id=tenant_id, email=email, role=role, token_hash=invitation_token_hash(token),
+            expires_at=timezone.now() + timedelta(days=INVITATION_DAYS), sent_by_operator=True,
+        )  # fmt: skip
+        audit_record(
+            action="member.invite", tenant_id=tenant_id, actor=None, object_type="projects.invitation",
+            object_id=invitation.pk, data={"email": email, "role": role, "by": "operator"},
+        )  # fmt: skip
+    return invitation, token
+
+
 def invitation_revoke(*, tenant_id: int, actor_user, invitation_id: int) -> None:
     """Withdraw a pending invitation. Raises :class:`PeopleError` when there is none to withdraw."""
     with tenant_context(tenant_id, user_id=actor_user.pk):
@@ -162,7 +188,7 @@ def invitation_accept(*, tenant_slug: str, token: str, user, new_account: bool =
             # The inviter's authority is checked again: a removed admin's or a demoted owner's
             # pending invitation grants nothing.
             inviter = Membership.objects.filter(user_id=invitation.invited_by_id).first()
-            if (
+            if not invitation.sent_by_operator and (
                 inviter is None
                 or not inviter.is_admin
                 or (invitation.role == Membership.Role.OWNER and inviter.role != Membership.Role.OWNER)

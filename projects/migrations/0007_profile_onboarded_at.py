@@ -23,5 +23,10 @@ class Migration(migrations.Migration):
             name='onboarded_at',
             field=models.DateTimeField(blank=True, help_text='When the user chose their default project; until then a login leads there.', null=True),
         ),
+        migrations.AddField(
+            model_name='invitation',
+            name='sent_by_operator',
+            field=models.BooleanField(default=False, help_text='Sent by the platform operator (manage.py tenant add), not by a member.'),
+        ),
         migrations.RunPython(existing_profiles_are_onboarded, migrations.RunPython.noop),
     ]

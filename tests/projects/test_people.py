@@ -285,3 +285,26 @@ def test_the_sso_page_lists_the_organizations_own_providers_without_their_secret
     assert 'data-provider="ppl-acme-idp"' in page and "acme-ppl.test" in page
     assert "SECRET" not in page and "ppl-other-idp" not in page
     assert _client(_member(acme, "plain-sso")).get("/manage/sso/").status_code == 404
+
+
+def test_the_operator_creates_an_organization_whose_invited_owner_runs_it_from_manage():
+    import io
+
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command("tenant", "add", "--name", "Globex Two", "--owner-email", "Boss@Globex.test", stdout=out)
+    link = re.search(r"http://127\.0\.0\.1:8000(/invite/\S+/)", out.getvalue()).group(1)
+    assert [m.to for m in mail.outbox] == [["boss@globex.test"]]
+    owner = Client()
+    joined = owner.post(link, {"username": "globex-boss", "password1": "Long-enough-pass-42",
+                               "password2": "Long-enough-pass-42"})  # fmt: skip
+    assert joined.status_code == 302
+    assert owner.get("/manage/people/").status_code == 200
+    from projects.models import Tenant
+
+    tenant = Tenant.objects.get(slug="globex-two")
+    with tenant_context(tenant.pk):
+        assert Membership.objects.get(user__username="globex-boss").role == "owner"
+    [invite] = _events(tenant.pk, "member.invite")
+    assert invite.actor_id is None and invite.data["by"] == "operator"
