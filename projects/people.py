@@ -67,6 +67,19 @@ def _check_role(role: str, actor: Actor) -> None:
         raise PeopleError("only an owner may make someone an owner")
 
 
+def _valid_email(address: str) -> str:
+    """``address`` as invitations store it (:func:`kbportal.emails.email_key`); raises
+    :class:`PeopleError` unless it is an email address of at most 254 characters."""
+    email = email_key(address)
+    try:
+        if len(email) > 254:
+            raise ValidationError("too long")
+        validate_email(email)
+    except ValidationError:
+        raise PeopleError(f"{email[:100]!r} is not an email address of at most 254 characters") from None
+    return email
+
+
 def invitation_token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -78,13 +91,7 @@ def member_invite(*, tenant_id: int, actor_user, email: str, role: str) -> tuple
     ``/invite/<tenant slug>/<token>/`` and is not kept. Raises :class:`PeopleError` for a bad
     address or role, or an address that already belongs to a member.
     """
-    email = email_key(email)
-    try:
-        if len(email) > 254:
-            raise ValidationError("too long")
-        validate_email(email)
-    except ValidationError:
-        raise PeopleError(f"{email[:100]!r} is not an email address of at most 254 characters") from None
+    email = _valid_email(email)
     with tenant_context(tenant_id, user_id=actor_user.pk):
         actor = _actor(tenant_id, actor_user)
         _check_role(role, actor)
@@ -112,13 +119,7 @@ def operator_invite(*, tenant_id: int, email: str, role: str = Membership.Role.O
     """The platform operator invites ``email`` (``manage.py tenant add``: a new organization's first
     owner); returns ``(invitation, plain token)`` as :func:`member_invite` does. Raises
     :class:`PeopleError` for a bad address or role. Writes ``member.invite`` with no actor."""
-    email = email_key(email)
-    try:
-        if len(email) > 254:
-            raise ValidationError("too long")
-        validate_email(email)
-    except ValidationError:
-        raise PeopleError(f"{email[:100]!r} is not an email address of at most 254 characters") from None
+    email = _valid_email(email)
     if role not in _ROLES:
         raise PeopleError(f"unknown role {role!r}: choose one of {', '.join(sorted(_ROLES))}")
     token = secrets.token_urlsafe(32)

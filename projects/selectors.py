@@ -365,3 +365,12 @@ def api_token_get_for_tenant(*, tenant_id: int, prefix: str) -> ApiToken | None:
     """The tenant's token with public ``prefix``, or ``None`` (another tenant's: the same)."""
     with tenant_context(tenant_id):
         return ApiToken.objects.filter(prefix=prefix).first()
+
+
+def form_int(value: str | None) -> int:
+    """A posted object id as an int; ``ValueError("no such member or source")`` for anything else
+    (the manage pages' forms name objects by id)."""
+    try:
+        return int(value or "")
+    except ValueError:
+        raise ValueError("no such member or source") from None

@@ -36,6 +36,7 @@ from projects.selectors import (
     api_token_get_for_user,
     api_token_list_for_tenant,
     api_token_list_for_user,
+    form_int,
     project_list_for_user,
     user_is_tenant_admin,
     user_tenant_id,
@@ -276,7 +277,7 @@ def manage_people(request: HttpRequest) -> HttpResponse:
 
 def _int(value: str | None) -> int:
     try:
-        return int(value or "")
+        return form_int(value)
     except ValueError:
         raise PeopleError("no such member or invitation") from None
 

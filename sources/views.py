@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from kbportal.tenancy import tenant_context
 from projects.models import Membership, Project, ProjectMember, Tenant
-from projects.selectors import user_is_tenant_admin, user_tenant_id
+from projects.selectors import form_int, user_is_tenant_admin, user_tenant_id
 from projects.services import project_create, project_member_add, project_member_remove, project_set_visibility
 from sources.connectors.base import ConnectorError
 from sources.connectors.registry import connector_kinds, get_connector_class
@@ -272,7 +272,7 @@ def manage_project(request: HttpRequest, slug: str) -> HttpResponse:
             if action == "visibility":
                 project_set_visibility(project=project, visibility=request.POST.get("visibility", ""))
             elif action in ("member_add", "member_remove"):
-                user = tenant_users.get(_as_int(request.POST.get("user")))
+                user = tenant_users.get(form_int(request.POST.get("user")))
                 if user is None:
                     raise ValueError("no such member of this organization")
                 if action == "member_add":
@@ -282,7 +282,7 @@ def manage_project(request: HttpRequest, slug: str) -> HttpResponse:
             elif action == "sources":
                 project_sources_set(
                     tenant_id=tenant_id, project_id=project.pk,
-                    source_ids=[_as_int(s) for s in request.POST.getlist("sources")],
+                    source_ids=[form_int(s) for s in request.POST.getlist("sources")],
                 )  # fmt: skip
             else:
                 raise ValueError("unknown action")
@@ -301,10 +301,3 @@ def manage_project(request: HttpRequest, slug: str) -> HttpResponse:
         "visibilities": Project.Visibility.choices, "roles": ProjectMember.Role.choices,
     }  # fmt: skip
     return render(request, "sources/manage_project.html", context)
-
-
-def _as_int(value: str | None) -> int:
-    try:
-        return int(value or "")
-    except ValueError:
-        raise ValueError("no such member or source") from None

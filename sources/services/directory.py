@@ -44,20 +44,17 @@ def source_directory_store(*, source_id: int, directory: Directory, replace: boo
         )
         for g in directory.groups.values()
     ]
-    for start in range(0, len(people), _WRITE_BATCH):
-        ExternalIdentity.objects.bulk_create(
-            people[start : start + _WRITE_BATCH],
-            update_conflicts=True,
-            unique_fields=["source", "principal"],
-            update_fields=["email", "display_name", "updated_at"],
-        )
-    for start in range(0, len(groups), _WRITE_BATCH):
-        ExternalGroup.objects.bulk_create(
-            groups[start : start + _WRITE_BATCH],
-            update_conflicts=True,
-            unique_fields=["source", "principal"],
-            update_fields=["name", "members", "updated_at"],
-        )
+    for model, objects, fields in (
+        (ExternalIdentity, people, ["email", "display_name", "updated_at"]),
+        (ExternalGroup, groups, ["name", "members", "updated_at"]),
+    ):
+        for start in range(0, len(objects), _WRITE_BATCH):
+            model.objects.bulk_create(  # type: ignore[attr-defined]
+                objects[start : start + _WRITE_BATCH],
+                update_conflicts=True,
+                unique_fields=["source", "principal"],
+                update_fields=fields,
+            )
     deleted = 0
     if replace:
         deleted += (
