@@ -26,6 +26,15 @@ from kbportal.secrets import MASK
 OPERATOR_ONLY_FIELDS = frozenset({"allow_private_network"})
 
 
+_USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)[^/@\s]+@", re.I)
+
+
+def mask_url_credentials(value: str) -> str:
+    """``value`` with the user and password of a URL replaced by ``***`` (``https://***@host/...``),
+    so a stored URL's credentials are never shown on a page."""
+    return _USERINFO.sub(r"\1***@", value)
+
+
 def _base(annotation: Any) -> tuple[Any, bool]:
     """``(annotation without None, optional)`` for ``X | None`` / ``Optional[X]``."""
     if get_origin(annotation) in (Union, types.UnionType):
@@ -79,6 +88,8 @@ class ConfigForm(forms.Form):
     def _shown(self, name: str, value: Any) -> Any:
         if name in self.secret_names:
             return ""
+        if isinstance(value, str):
+            return mask_url_credentials(value)
         if name in self.list_names and isinstance(value, list):
             return "\n".join(str(v) for v in value)
         if name in self.dict_names and isinstance(value, dict):
@@ -103,13 +114,21 @@ class ConfigForm(forms.Form):
                 continue
             if name in self.dict_names:
                 if value and value.strip():
+                    if len(value) > 100_000:
+                        self.add_error(name, "longer than 100,000 characters")
+                        continue
                     try:
                         config[name] = json.loads(value)
                     except json.JSONDecodeError as exc:
                         self.add_error(name, f"not a JSON object: {exc.msg} (line {exc.lineno})")
+                    except (ValueError, RecursionError):  # a number of 4,300+ digits, deep nesting
+                        self.add_error(name, "not a JSON object this form accepts (too deep or too large)")
                 continue
             if value is None or value == "":
                 continue
+            stored = self.stored.get(name)
+            if isinstance(stored, str) and value == mask_url_credentials(stored) != stored:
+                value = stored  # a URL shown with its credentials masked, sent back unchanged
             config[name] = value.isoformat() if isinstance(value, dt.datetime) else value
         checked = {k: ("x" if v == MASK else v) for k, v in config.items()}  # a kept secret is valid
         checked |= {name: "." for name in self.provided if name not in checked}
@@ -127,8 +146,10 @@ def config_form_class(kind: str, model: type[BaseModel]) -> type[ConfigForm]:
     """The :class:`ConfigForm` subclass for the connector ``kind`` whose config model is ``model``."""
     fields: dict[str, forms.Field] = {}
     secrets, lists, dicts = set(), set(), set()
+    from sources.services.managed import OPERATOR_FIELDS
+
     for name, info in model.model_fields.items():
-        if name in OPERATOR_ONLY_FIELDS:
+        if name in OPERATOR_ONLY_FIELDS or name in OPERATOR_FIELDS.get(kind, ()):
             continue
         annotation, optional = _base(info.annotation)
         required = info.is_required() and not optional

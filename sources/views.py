@@ -28,6 +28,7 @@ from sources.services.managed import (
     managed_source_update,
     project_sources_set,
     source_check,
+    upload_discard,
     upload_store,
 )
 from sources.webhooks import SIGNATURE_HEADER, git_push_receive
@@ -194,10 +195,12 @@ def _source_page(
     if posted and form.is_valid() and config_form.is_valid():
         config = dict(config_form.config)
         tenant = Tenant.objects.get(pk=tenant_id)
+        stored_upload = None
         try:
             upload = form.cleaned_data.get("upload")
             if upload is not None:
-                config["path"] = upload_store(tenant=tenant, kind=kind, name=upload.name, chunks=upload.chunks())
+                stored_upload = upload_store(tenant=tenant, kind=kind, name=upload.name, chunks=upload.chunks())
+                config["path"] = stored_upload
             if request.POST.get("action") == "test":
                 check = source_check(
                     tenant_id=tenant_id, kind=kind, config=config, source_id=source.pk if source else None
@@ -215,6 +218,7 @@ def _source_page(
                 else:
                     source = managed_source_update(tenant_id=tenant_id, source_id=source.pk, **fields)
                     messages.success(request, f"Saved {source.name}.")
+                stored_upload = None  # kept: the saved source reads it
                 return redirect("sources:manage_source", source.slug)
         except ConnectorError as exc:
             error = str(exc)
@@ -222,6 +226,9 @@ def _source_page(
             if field in config_form.fields:
                 config_form.add_error(field, error.split(":", 1)[1].strip())
                 error = None
+        finally:
+            if stored_upload is not None:  # a test, or a save that failed: the upload is not kept
+                upload_discard(tenant=tenant, path=stored_upload)
     context = {"kind": kind, "source": source, "form": form, "config_form": config_form, "check": check,
                "error": error}  # fmt: skip
     return render(request, "sources/manage_source.html", context)

@@ -5,8 +5,12 @@ trusted with their organization only. So, on top of ``source_create``'s validati
 
 - a local ``path`` must lie inside the organization's files folder
   (``settings.KB_TENANT_FILES_ROOT / <tenant slug>``), after resolving ``..`` and symbolic
-  links; a git ``path`` may instead be an ``https://`` URL (checked against private addresses);
-- ``allow_private_network`` is never set here; a source the operator created with it keeps it;
+  links;
+- a git source names a public ``https://`` URL without credentials (a local repository could
+  point git anywhere through a ``.git`` file, ``commondir`` or alternates);
+- ``allow_private_network`` is never set here; a source the operator created with it keeps it
+  while none of its addresses changes; a stored secret is never sent to a changed address (it
+  must be entered again); Slack's ``base_url`` stays the operator's (``OPERATOR_FIELDS``);
 - uploads (a ZIP or a single file) are written under that folder: a ZIP is extracted member by
   member (no absolute paths, no ``..``, no links, at most ``settings.KB_UPLOAD_MAX_BYTES``
   unpacked), except a Slack export, which the connector reads as a ZIP.
@@ -23,28 +27,37 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.utils import timezone
 from django.utils.text import slugify
 
 from kbportal.audit import audit_record
+from kbportal.secrets import MASK
 from kbportal.tenancy import tenant_context
 from projects.models import Project, Tenant
 from sources.connectors.base import ConnectionCheck, ConnectorError
-from sources.connectors.registry import ALLOW_PRIVATE_FIELD, build_connector
+from sources.connectors.registry import ALLOW_PRIVATE_FIELD, URL_FIELD_NAMES, build_connector
 from sources.models import DataSource, ProjectSource
 from sources.services.catalog import config_merge_secrets, source_create
 
 MAX_ZIP_MEMBERS = 200_000
+# Fields an organization admin never sets; a source keeps the operator's value (or the default).
+# Slack's ``base_url``: slack_sdk's HTTP client follows redirects without the per-connection
+# private-address guard the requests-based connectors have, so only Slack itself is reached.
+OPERATOR_FIELDS: dict[str, tuple[str, ...]] = {"slack": ("base_url",)}
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://|^[\w.-]+@[\w.-]+:", re.I)
 
 
 def tenant_files_root(tenant: Tenant) -> Path:
     """The organization's files folder (created on first use)."""
-    root = Path(settings.KB_TENANT_FILES_ROOT) / tenant.slug
+    base = Path(settings.KB_TENANT_FILES_ROOT).resolve()
+    root = (base / tenant.slug).resolve()
+    if root.parent != base:
+        raise ConnectorError(f"organization slug {tenant.slug!r} cannot name a files folder")
     root.mkdir(parents=True, exist_ok=True)
-    return root.resolve()
+    return root
 
 
 def managed_path(kind: str, value: str, tenant: Tenant) -> str:
@@ -52,15 +65,25 @@ def managed_path(kind: str, value: str, tenant: Tenant) -> str:
     there; raises ``ConnectorError`` naming the field otherwise. Relative paths are taken from
     the organization's files folder."""
     value = (value or "").strip()
+    if kind == "git":
+        # A local repository can point git anywhere (a .git file, commondir, alternates): an
+        # organization names a public https:// URL; local repositories are the operator's.
+        parts = urlsplit(value) if value.lower().startswith("https://") else None
+        if parts is None or not parts.hostname:
+            raise ConnectorError(f"path: {value[:200]!r}: a git source added here names an https:// URL")
+        if parts.username or parts.password:
+            raise ConnectorError("path: credentials in the URL are not accepted here; use a public repository URL")
+        return value
     if _URL.match(value):
-        if kind == "git" and value.lower().startswith("https://"):
-            return value
-        raise ConnectorError(f"path: {value!r}: only an https:// URL of a git repository, or a folder of your files")
+        raise ConnectorError(f"path: {value[:200]!r}: a folder of your organization's files, not a URL")
     root = tenant_files_root(tenant)
-    resolved = (root / value).resolve()
+    try:
+        resolved = (root / value).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise ConnectorError(f"path: {value[:200]!r} cannot be read: {type(exc).__name__}") from None
     if resolved != root and not resolved.is_relative_to(root):
         raise ConnectorError(
-            f"path: {value!r} is outside your organization's files; upload the files, or use a path under {root}"
+            f"path: {value[:200]!r} is outside your organization's files; upload them, or name a folder among them"
         )
     return str(resolved)
 
@@ -94,10 +117,26 @@ def upload_store(*, tenant: Tenant, kind: str, name: str, chunks: Iterable[bytes
         raise
 
 
+def upload_discard(*, tenant: Tenant, path: str) -> None:
+    """Delete an upload :func:`upload_store` wrote (its whole folder), when no source keeps it."""
+    uploads = tenant_files_root(tenant) / "uploads"
+    target = Path(path).resolve()
+    folder = next((p for p in (target, *target.parents) if p.parent == uploads), None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _extract(archive: Path, into: Path, *, limit: int, label: str) -> None:
     """Extract ``archive`` into ``into``, refusing the whole ZIP for a member that would land
     outside it or is a link, and stopping past ``limit`` unpacked bytes or too many members."""
     into.mkdir()
+    try:
+        _extract_members(archive, into, limit=limit, label=label)
+    except (OSError, zipfile.BadZipFile, RuntimeError) as exc:  # duplicate names, a file then a folder, long names
+        raise ConnectorError(f"upload {label!r}: the ZIP cannot be unpacked ({type(exc).__name__})") from None
+
+
+def _extract_members(archive: Path, into: Path, *, limit: int, label: str) -> None:
     total = 0
     with zipfile.ZipFile(archive) as zf:
         members = zf.infolist()
@@ -143,7 +182,7 @@ def managed_source_create(
     """Create a source for an organization admin (the rules in the module docstring), attached to
     ``project_ids``. Raises ``ConnectorError`` naming the field. Writes ``source.create``."""
     tenant = Tenant.objects.get(pk=tenant_id)
-    config = {k: v for k, v in config.items() if k != ALLOW_PRIVATE_FIELD}
+    config = _guard_retarget(kind, config, {})
     if "path" in config and config["path"]:
         config["path"] = managed_path(kind, str(config["path"]), tenant)
     name = (name or "").strip()
@@ -151,9 +190,11 @@ def managed_source_create(
         raise ConnectorError("name: a source needs a name")
     with tenant_context(tenant_id):
         projects = _projects(tenant_id, project_ids)
-        slug = slugify(name)[:70] or kind
-        if DataSource.objects.filter(slug=slug).exists():
-            slug = f"{slug}-{DataSource.objects.count() + 1}"
+        base = slugify(name)[:70] or kind
+        slug, n = base, 1
+        while DataSource.objects.filter(slug=slug).exists():
+            n += 1
+            slug = f"{base}-{n}"
         source = source_create(
             tenant_id=tenant_id, kind=kind, name=name, slug=slug, config=config, project_ids=projects,
             sync_interval_minutes=sync_interval_minutes,
@@ -162,6 +203,34 @@ def managed_source_create(
             DataSource.objects.filter(pk=source.pk).update(enabled=False)
             source.enabled = False
     return source
+
+
+def _retargeted(kind: str, config: dict[str, Any], stored: dict[str, Any]) -> bool:
+    """True when ``config`` points the source somewhere other than ``stored`` (any URL field)."""
+    return any((config.get(f) or None) != (stored.get(f) or None) for f in URL_FIELD_NAMES)
+
+
+def _guard_retarget(kind: str, config: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
+    """``config`` as an organization admin may send it, given the ``stored`` one: the operator's
+    ``allow_private_network`` is kept only while no address changed, a kept (blank) secret is
+    refused once one did (it would go to the new address), and fields only the operator sets
+    (``OPERATOR_FIELDS``) keep their stored value. Raises ``ConnectorError``."""
+    config = {k: v for k, v in config.items() if k != ALLOW_PRIVATE_FIELD}
+    for field in OPERATOR_FIELDS.get(kind, ()):
+        config.pop(field, None)
+        if stored.get(field) is not None:
+            config[field] = stored[field]
+    if not stored:
+        return config
+    if _retargeted(kind, config, stored):
+        kept = sorted(k for k, v in config.items() if v == MASK)
+        if kept:
+            raise ConnectorError(
+                f"{kept[0]}: the address changed, so enter the secret again (a stored one never goes to a new address)"
+            )
+    elif stored.get(ALLOW_PRIVATE_FIELD):
+        config[ALLOW_PRIVATE_FIELD] = stored[ALLOW_PRIVATE_FIELD]
+    return config
 
 
 def managed_source_update(
@@ -180,11 +249,9 @@ def managed_source_update(
     tenant = Tenant.objects.get(pk=tenant_id)
     with tenant_context(tenant_id):
         source = DataSource.objects.select_for_update().get(pk=source_id)
-        config = {k: v for k, v in config.items() if k != ALLOW_PRIVATE_FIELD}
         if config.get("path") and config["path"] != source.config.get("path"):
             config["path"] = managed_path(source.kind, str(config["path"]), tenant)
-        if source.config.get(ALLOW_PRIVATE_FIELD):  # the operator's decision stays
-            config[ALLOW_PRIVATE_FIELD] = source.config[ALLOW_PRIVATE_FIELD]
+        config = _guard_retarget(source.kind, config, source.config)
         merged = config_merge_secrets(kind=source.kind, old=source.config, new=config, label=source.name)
         new = build_connector(source.kind, merged, include=source.include, exclude=source.exclude,
                               source_label=source.name).config.model_dump()  # fmt: skip
@@ -216,18 +283,18 @@ def source_check(*, tenant_id: int, kind: str, config: dict[str, Any], source_id
     """Test a connection without ingesting: the connector's ``check`` on ``config`` (secrets left
     as ``MASK`` are the stored source's). Raises ``ConnectorError`` with what went wrong."""
     tenant = Tenant.objects.get(pk=tenant_id)
-    config = {k: v for k, v in config.items() if k != ALLOW_PRIVATE_FIELD}
     stored: dict[str, Any] = {}
     if source_id is not None:
         with tenant_context(tenant_id):
-            source = DataSource.objects.get(pk=source_id)
-        stored = source.config
-        if stored.get(ALLOW_PRIVATE_FIELD):
-            config[ALLOW_PRIVATE_FIELD] = stored[ALLOW_PRIVATE_FIELD]
+            stored = DataSource.objects.get(pk=source_id).config
     if config.get("path") and config["path"] != stored.get("path"):
-        config["path"] = managed_path(kind, str(config["path"]), tenant)
+        config = {**config, "path": managed_path(kind, str(config["path"]), tenant)}
+    config = _guard_retarget(kind, config, stored)
     merged = config_merge_secrets(kind=kind, old=stored, new=config, label=kind)
-    return build_connector(kind, merged, source_label=kind).check()
+    try:
+        return build_connector(kind, merged, source_label=kind).check()
+    except OSError as exc:  # an unreadable folder or file name the connector did not name
+        raise ConnectorError(f"the source cannot be read: {type(exc).__name__}: {exc.strerror or exc}") from None
 
 
 def project_sources_set(*, tenant_id: int, project_id: int, source_ids: Iterable[int]) -> list[int]:

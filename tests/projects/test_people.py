@@ -308,3 +308,20 @@ def test_the_operator_creates_an_organization_whose_invited_owner_runs_it_from_m
         assert Membership.objects.get(user__username="globex-boss").role == "owner"
     [invite] = _events(tenant.pk, "member.invite")
     assert invite.actor_id is None and invite.data["by"] == "operator"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(["--slug", "../escape"], "--slug lower-case"), (["--owner-email", "not an address"], "--owner-email")],
+)
+def test_tenant_add_refuses_bad_input_and_leaves_nothing_behind(args, message):
+    from django.core.management import CommandError, call_command
+
+    from projects.models import Tenant
+
+    base = {"--name": "Half Made", "--owner-email": "boss@half.test"}
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        base[flag] = value
+    with pytest.raises(CommandError, match=message):
+        call_command("tenant", "add", *[x for kv in base.items() for x in kv])
+    assert not Tenant.objects.filter(name="Half Made").exists()

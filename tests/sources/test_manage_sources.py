@@ -107,7 +107,7 @@ def test_a_path_outside_the_organizations_files_is_refused(acme, path):
     answer = _post(_admin(acme), "/manage/sources/new/docs/", _docs_form(acme, **{"config-path": path}))
     assert answer.status_code == 200
     body = answer.content.decode()
-    assert "outside your organization" in body or "only an https:// URL" in body
+    assert "outside your organization" in body or "not a URL" in body
     with tenant_context(acme.tenant.pk):
         assert not DataSource.objects.exists()
 
@@ -139,14 +139,55 @@ def test_an_upload_over_the_limit_is_refused(acme, settings):
     assert not list(Path(settings.KB_TENANT_FILES_ROOT).rglob("big.md"))
 
 
+def _github_form(tenant, **extra) -> dict:
+    return {"name": "Issues", "projects": [str(tenant.project.pk)], "sync_interval_minutes": 60, "enabled": "on",
+            "config-owner": "acme", "config-repo": "app", "config-base_url": "http://127.0.0.1:9/api",
+            "config-page_size": 100, "config-max_rate_limit_wait_seconds": 900, "config-rate_limit_retries": 5,
+            "config-include_issues": "on", "config-include_pull_requests": "on", "config-incremental": "on",
+            "action": "test", **extra}  # fmt: skip
+
+
 def test_a_private_address_is_refused_to_an_organization_admin(acme):
-    form = {"name": "Slack", "projects": [str(acme.project.pk)], "sync_interval_minutes": 60, "enabled": "on",
-            "config-token": "xoxb-secret", "config-channels": "C01", "config-base_url": "http://127.0.0.1:9/api/",
-            "config-conversation_gap_minutes": 30, "config-page_size": 200, "config-rate_limit_retries": 3,
-            "action": "test"}  # fmt: skip
-    body = _admin(acme).post("/manage/sources/new/slack/", form).content.decode()
-    assert "private" in body and "127.0.0.1" in body and "Connected" not in body
-    assert "xoxb-secret" not in body  # a typed secret is never echoed back
+    body = _admin(acme).post("/manage/sources/new/github/", _github_form(acme, **{"config-token": "ghp_typed"}))
+    text = body.content.decode()
+    assert "private" in text and "127.0.0.1" in text and "Connected" not in text
+    assert "ghp_typed" not in text  # a typed secret is never echoed back
+    # Slack's address is the operator's: its form has no such field.
+    slack = _admin(acme).get("/manage/sources/new/slack/").content.decode()
+    assert 'name="config-base_url"' not in slack
+
+
+@pytest.mark.parametrize(
+    "path, message",
+    [("/srv/repos/app", "names an https:// URL"), ("repo-folder", "names an https:// URL"),
+     ("https://deploy:ghp_secret@github.com/acme/app.git", "credentials in the URL"),
+     ("ssh://git@github.com/acme/app.git", "names an https:// URL")],
+)  # fmt: skip
+def test_a_git_source_added_here_names_a_public_https_url(acme, path, message):
+    form = {**_docs_form(acme), "config-path": path, "config-max_commits": 2000, "config-max_file_bytes": 1_000_000}
+    body = _admin(acme).post("/manage/sources/new/git/", form).content.decode()
+    assert message in body  # (the form shows the person what they typed, as forms do)
+    with tenant_context(acme.tenant.pk):
+        assert not DataSource.objects.exists()
+
+
+def test_a_changed_address_loses_the_operators_network_flag_and_the_stored_secret(acme):
+    source = source_create(
+        tenant_id=acme.tenant.pk, kind="github", name="Internal GHE", project_ids=[acme.project.pk],
+        config={"owner": "acme", "repo": "app", "token": "ghp_STORED", "base_url": "http://10.1.2.3/api",
+                "allow_private_network": True},
+    )  # fmt: skip
+    admin = _admin(acme)
+    url = f"/manage/sources/{source.slug}/"
+    # Pointing it elsewhere with the stored token kept: refused, the token must be typed again.
+    moved = admin.post(url, _github_form(acme, **{"config-base_url": "https://attacker.example/api"}))
+    assert "enter the secret again" in moved.content.decode()
+    # A private address with a new token: the operator's flag no longer covers it.
+    private = admin.post(url, _github_form(acme, **{"config-base_url": "http://127.0.0.1:9/api",
+                                                     "config-token": "ghp_new", "action": "save"}))  # fmt: skip
+    assert "private" in private.content.decode()
+    with tenant_context(acme.tenant.pk):
+        assert DataSource.objects.get(pk=source.pk).config["base_url"] == "http://10.1.2.3/api"
 
 
 def test_editing_keeps_stored_secrets_and_the_operators_network_flag(acme):
@@ -233,3 +274,38 @@ def test_admins_manage_projects_members_and_attached_sources(acme, make_tenant):
     forged = admin.post("/manage/projects/finance/", {"action": "member_add", "user": other.admin.pk,
                                                       "role": "editor"}, follow=True)  # fmt: skip
     assert "no such member of this organization" in forged.content.decode()
+
+
+def test_credentials_in_an_operators_url_are_never_shown_and_survive_an_edit(acme):
+    url = "https://deploy:ghp_GITSECRET@140.82.112.3/acme/repo.git"
+    source = source_create(tenant_id=acme.tenant.pk, kind="git", name="Repo", config={"path": url})
+    admin = _admin(acme)
+    page = admin.get(f"/manage/sources/{source.slug}/").content.decode()
+    assert "ghp_GITSECRET" not in page and "https://***@140.82.112.3/acme/repo.git" in page
+    form = {"name": "Repo renamed", "projects": [], "sync_interval_minutes": 60, "enabled": "on",
+            "config-path": "https://***@140.82.112.3/acme/repo.git", "config-max_commits": 2000,
+            "config-max_file_bytes": 1_000_000, "action": "save"}  # fmt: skip
+    assert admin.post(f"/manage/sources/{source.slug}/", form).status_code == 302
+    with tenant_context(acme.tenant.pk):
+        assert DataSource.objects.get(pk=source.pk).config["path"] == url
+
+
+def test_an_awkward_zip_is_refused_with_a_reason_not_a_server_error(acme):
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        zf.writestr("page.md", "# one\n")
+        zf.writestr("page.md/inner.md", "# a file where a folder must go\n")
+    answer = _post(_admin(acme), "/manage/sources/new/docs/", _docs_form(acme), upload=("odd.zip", buffer.getvalue()))
+    assert answer.status_code == 200 and "the ZIP cannot be unpacked" in answer.content.decode()
+
+
+def test_sources_with_one_name_get_distinct_slugs(acme, settings):
+    from sources.services.managed import managed_source_create, tenant_files_root
+
+    folder = tenant_files_root(acme.tenant) / "docs"
+    folder.mkdir()
+    slugs = [
+        managed_source_create(tenant_id=acme.tenant.pk, kind="docs", name=name, config={"path": "docs"}).slug
+        for name in ("Docs", "Docs 2", "Docs")
+    ]
+    assert len(set(slugs)) == 3

@@ -11,6 +11,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.mail import send_mail
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 from django.urls import reverse
 from django.utils.text import slugify
 
@@ -38,14 +39,15 @@ class Command(BaseCommand):
             return
         name = options["name"].strip()
         slug = options["slug"] or slugify(name)[:60]
-        if not name or not slug:
-            raise CommandError("--name must hold letters or digits")
+        if not name or not slug or slug != slugify(slug)[:60]:
+            raise CommandError("--name must hold letters or digits; --slug lower-case letters, digits and -")
         if Tenant.objects.filter(slug=slug).exists():
             raise CommandError(f"an organization with slug {slug!r} exists; pass another --slug")
-        tenant = tenant_create(name=name, slug=slug)
-        project_create(tenant_id=tenant.pk, name="Everything")
         try:
-            invitation, token = operator_invite(tenant_id=tenant.pk, email=options["owner_email"])
+            with transaction.atomic():  # all or nothing: no organization without its owner invitation
+                tenant = tenant_create(name=name, slug=slug)
+                project_create(tenant_id=tenant.pk, name="Everything")
+                invitation, token = operator_invite(tenant_id=tenant.pk, email=options["owner_email"])
         except PeopleError as exc:
             raise CommandError(f"--owner-email: {exc}") from exc
         link = options["base_url"].rstrip("/") + reverse("projects:invitation", args=[tenant.slug, token])
