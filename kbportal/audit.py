@@ -60,6 +60,16 @@ ACTIONS = (
     "token.create",
     "token.revoke",
     "feedback",
+    "member.invite",
+    "member.invite_revoke",
+    "member.join",
+    "member.role",
+    "member.remove",
+    "project.create",
+    "project.visibility",
+    "project.member_add",
+    "project.member_remove",
+    "project.sources",
 )
 
 FROM_REQUEST: Any = object()  # "not given": take it from the current request

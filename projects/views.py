@@ -328,7 +328,9 @@ def invitation(request: HttpRequest, tenant_slug: str, token: str) -> HttpRespon
     context = {"tenant": tenant, "invitation": found, "form": form, "error": error}
     response = render(request, "projects/invitation.html", context)
     response["Cache-Control"] = "no-store"
-    response["Referrer-Policy"] = "no-referrer"  # the token is in this page's address
+    # The token is in this page's address: no referrer leaves the site. ("no-referrer" would make
+    # the browser post the form with Origin: null, which CSRF protection rightly refuses.)
+    response["Referrer-Policy"] = "same-origin"
     return response
 
 

@@ -47,7 +47,7 @@ def _base(annotation: Any) -> tuple[Any, bool]:
 def _help(model: type[BaseModel], name: str) -> str:
     """The sentence of the model's docstring that names ``name`` in double backquotes, if any."""
     doc = " ".join((model.__doc__ or "").split())
-    for sentence in re.split(r"(?<=[.;])\s+(?=``|[A-Z])", doc):
+    for sentence in re.split(r"(?<=[.;])(?<!e\.g\.)(?<!i\.e\.)\s+(?=``|[A-Z])", doc):
         if f"``{name}``" in sentence:
             return sentence.replace("``", "")[:400]
     return ""

@@ -27,6 +27,7 @@ from sources.services.managed import (
     managed_source_create,
     managed_source_update,
     project_sources_set,
+    shown_path,
     source_check,
     upload_discard,
     upload_store,
@@ -186,15 +187,20 @@ def _source_page(
         request.POST if posted else None, request.FILES if posted else None, projects=projects,
         file_based=file_based, initial=initial,
     )  # fmt: skip
-    stored = source.config if source is not None else None
+    tenant = Tenant.objects.get(pk=tenant_id)
+    stored = dict(source.config) if source is not None else None
+    if stored and isinstance(stored.get("path"), str):
+        stored["path"] = shown_path(stored["path"], tenant)
     config_form = config_form_cls(request.POST if posted else None, stored=stored, prefix="config")
-    if posted and "upload" in form.fields and request.FILES.get("upload"):
-        config_form.fields["path"].required = False  # the upload provides it
-        config_form.provided.add("path")
+    if "upload" in form.fields:
+        # A path or an upload: the browser must not insist on the path (the model still does,
+        # unless a file came with the form).
+        config_form.fields["path"].required = False
+        if posted and request.FILES.get("upload"):
+            config_form.provided.add("path")
     check, error = None, None
     if posted and form.is_valid() and config_form.is_valid():
         config = dict(config_form.config)
-        tenant = Tenant.objects.get(pk=tenant_id)
         stored_upload = None
         try:
             upload = form.cleaned_data.get("upload")
@@ -205,6 +211,8 @@ def _source_page(
                 check = source_check(
                     tenant_id=tenant_id, kind=kind, config=config, source_id=source.pk if source else None
                 ).summary()
+                if stored_upload is not None:
+                    check += " The uploaded file was only tested: choose it again when you save."
             else:
                 fields = {
                     "name": form.cleaned_data["name"], "config": config,

@@ -151,7 +151,7 @@ def _json_error(body: dict[str, Any], *, status: int) -> JsonResponse:
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    """``handler404``: JSON naming the path under ``/api/``, else Django's page."""
+    """``handler404``: JSON naming the path under ``/api/``, else the portal's own "no such page"."""
     if request.path.startswith(API_PATH_PREFIX):
         body = {
             "error": f"no API endpoint {request.path!r}",
@@ -160,7 +160,12 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
             "request_id": request_id(request),
         }
         return _json_error(body, status=404)
-    return defaults.page_not_found(request, exception)
+    try:
+        from django.shortcuts import render
+
+        return render(request, "search/not_found.html", {"message": "no such page"}, status=404)
+    except Exception:  # the styled page needs the request's context: fall back to Django's
+        return defaults.page_not_found(request, exception)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:

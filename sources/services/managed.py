@@ -85,7 +85,20 @@ def managed_path(kind: str, value: str, tenant: Tenant) -> str:
         raise ConnectorError(
             f"path: {value[:200]!r} is outside your organization's files; upload them, or name a folder among them"
         )
+    if not resolved.exists():
+        raise ConnectorError(f"path: {value[:200]!r} is not among your organization's files; upload them")
     return str(resolved)
+
+
+def shown_path(path: str, tenant: Tenant) -> str:
+    """A stored ``path`` as organization admins see it: relative to their files folder (the server's
+    own folders are not theirs to know); a URL or a path elsewhere unchanged."""
+    root = tenant_files_root(tenant)
+    try:
+        relative = Path(path).relative_to(root)
+    except ValueError:
+        return path
+    return str(relative) if str(relative) != "." else "."
 
 
 def upload_store(*, tenant: Tenant, kind: str, name: str, chunks: Iterable[bytes]) -> str:

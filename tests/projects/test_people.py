@@ -325,3 +325,11 @@ def test_tenant_add_refuses_bad_input_and_leaves_nothing_behind(args, message):
     with pytest.raises(CommandError, match=message):
         call_command("tenant", "add", *[x for kv in base.items() for x in kv])
     assert not Tenant.objects.filter(name="Half Made").exists()
+
+
+def test_the_invitation_page_keeps_its_token_on_the_site_without_breaking_its_form(acme):
+    link = _invite(_client(acme.admin), "origin@example.test")
+    page = Client(enforce_csrf_checks=True).get(link)
+    # "same-origin": the browser sends a real Origin with the form (no-referrer sent "null", which
+    # CSRF protection refused); the token still never leaves in a Referer.
+    assert page["Referrer-Policy"] == "same-origin" and 'name="csrfmiddlewaretoken"' in page.content.decode()

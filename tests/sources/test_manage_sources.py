@@ -309,3 +309,41 @@ def test_sources_with_one_name_get_distinct_slugs(acme, settings):
         for name in ("Docs", "Docs 2", "Docs")
     ]
     assert len(set(slugs)) == 3
+
+
+def test_the_form_lets_an_upload_stand_for_the_path_and_refuses_a_folder_that_is_not_there(acme):
+    admin = _admin(acme)
+    page = admin.get("/manage/sources/new/docs/").content.decode()
+    path_input = re.search(r'<input[^>]*name="config-path"[^>]*>', page).group(0)
+    assert "required" not in path_input  # the browser lets an upload stand for it
+    missing = admin.post("/manage/sources/new/docs/", _docs_form(acme, **{"config-path": "handbook"}))
+    assert "is not among your organization" in missing.content.decode()
+    empty = admin.post("/manage/sources/new/docs/", _docs_form(acme))
+    assert "Field required" in empty.content.decode() or "This field is required" in empty.content.decode()
+    with tenant_context(acme.tenant.pk):
+        assert not DataSource.objects.exists()
+    # A tested upload is not kept, and the page says so.
+    tested = _post(admin, "/manage/sources/new/docs/", {**_docs_form(acme), "action": "test"},
+                   upload=("h.zip", _zip({"a.md": f"# A\n\n{PAGE}\n"})))  # fmt: skip
+    assert "choose it again when you save" in tested.content.decode()
+    # The stored path is shown relative to the organization's files, never the server's folders.
+    _post(admin, "/manage/sources/new/docs/", _docs_form(acme), upload=("h.zip", _zip({"a.md": "# A\n"})))
+    with tenant_context(acme.tenant.pk):
+        source = DataSource.objects.get()
+    edit = admin.get(f"/manage/sources/{source.slug}/").content.decode()
+    assert source.config["path"] not in edit and 'value="uploads/' in edit
+    assert "e.g." not in re.sub(r"e\.g\. \S", "", edit)  # help sentences are not cut at "e.g."
+
+
+def test_the_portals_own_not_found_page_answers_for_manage_pages(make_tenant):
+    from django.contrib.auth import get_user_model
+
+    from projects.services import membership_create
+
+    tenant = make_tenant("mg404")
+    member = get_user_model().objects.create_user("mg404-member", "", "pw-" + "m" * 12)
+    membership_create(tenant_id=tenant.tenant.pk, user=member)
+    client = Client()
+    client.force_login(member)
+    page = client.get("/manage/sources/")
+    assert page.status_code == 404 and "no such page" in page.content.decode() and "<header>" in page.content.decode()
