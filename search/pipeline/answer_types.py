@@ -1,10 +1,11 @@
 """Expected answer types: the form of value a question asks for, and whether a text holds one.
 
-A question asking for a Slack channel, an email address, a link, a version or a count cannot be
-answered from evidence holding no value of that form. This is the expected-answer-type check of
-question-answering pipelines (Moldovan et al., "The structure and performance of an open-domain
-question answering system", ACL 2000), kept to forms a pattern recognises without error. The
-gate applies it to the evidence, the answer checks to an LLM's answer.
+A question asking for a Slack channel, an email address, a link, a version, a count, a price or
+a day cannot be answered from evidence holding no value of that form. This is the
+expected-answer-type check of question-answering pipelines (Moldovan et al., "The structure and
+performance of an open-domain question answering system", ACL 2000; money and dates are classes of
+Li and Roth's question taxonomy, COLING 2002), kept to forms a pattern recognises without error.
+The gate applies it to the evidence, the answer checks to an LLM's answer.
 """
 
 from __future__ import annotations
@@ -74,6 +75,19 @@ _NUMBERED_PARTS = (
     "Issue|Ticket|Option|Rule|Tier|Stage|Question|Example|Appendix|Retry|Attempt|Floor|Building|Slide|Sprint|"
     "Q|No|Number|Top|Group|Team|Case|Task|Test|Point|Article|Clause|Note|Volume|Vol|Episode|Season"
 )
+# A list's enumerator ("details: 1) Customer viewed ...", "2. Restart" at a line's start): the
+# item's place, not a count of anything. A number in parentheses, "(3)", may be a count.
+_ENUMERATOR = r"(?m:^[ \t]*\d{1,2}\.(?=\s))|(?<![\w.,(])\d{1,2}\)(?=\s)"
+_NOT_A_COUNT = re.compile(rf"{_TIMESTAMP.pattern}|{_ENUMERATOR}", re.I)
+# Money as sources write it: "$1,200", "€40", "USD 300", "1.2k EUR", "40 dollars", "free of charge".
+_CURRENCY_CODES = "USD|EUR|GBP|CHF|CAD|AUD|JPY|INR|SEK|NOK|DKK"
+_AMOUNT = r"\d+(?:[.,]\d+)*(?:\s?(?:k|m|bn|million|billion|thousand))?"
+_MONEY = re.compile(
+    rf"[$€£¥]\s?\d|\b(?-i:{_CURRENCY_CODES})\s?\d|(?<![\w.])\d+(?:[.,]\d+)*(?:\s?(?:k|m|bn|million|billion|thousand))?"
+    rf"\s?(?:(?-i:{_CURRENCY_CODES})|dollars?|euros?|pounds?|cents?|bucks)\b"
+    r"|\b(?:free\s+of\s+charge|at\s+no\s+(?:extra\s+)?(?:cost|charge)|no\s+charge|(?:is|are|was|were|it's)\s+free)\b",
+    re.I,
+)
 ANSWER_TYPES = (
     AnswerType(
         "Slack channel",
@@ -117,6 +131,32 @@ ANSWER_TYPES = (
         prefix=re.compile(r"^(?:version|release|v)\s*", re.I),
     ),
     AnswerType(
+        "amount of money",
+        # "How much did each monitor cost?", "What is the referral bonus?": a price, not any count (not
+        # "budget": an error or retry budget is no money)
+        re.compile(
+            r"\bhow\s+much\b(?=[^?.!]{0,80}?\b(?:cost|costs|costing|spend|spent|pay|paid|charge|charged"
+            r"|price[ds]?|fees?|salary|salaries|bonus(?:es)?|reimburse[ds]?|refund(?:ed)?|invoiced?|billed)\b)"
+            r"|\b(?:what|which)(?:\s+(?:is|was|are|were)|['’]s)?\s+(?:the\s+|our\s+|their\s+|its\s+)?(?:[\w-]+\s+)?"
+            r"(?:price|salary|salaries|fee|fees|per\s+diem|bonus|stipend|allowance)\b",
+            re.I,
+        ),
+        _MONEY,
+        verbatim=False,  # "$1,200" may be written "1200 USD" in the answer
+    ),
+    AnswerType(
+        "calendar date",
+        # "On what date ...", "Which day ...": a day, which a version or a year alone does not give
+        re.compile(r"\b(?:what|which)\s+(?:date|day)(?![\w-])(?!\s*(?:range|format|field|column|picker)\b)", re.I),
+        re.compile(
+            r"\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}/\d{1,2}(?:/\d{2,4})?\b"
+            rf"|\b{_MONTHS}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?\b|\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTHS}\b"
+            r"|\b(?:mon|tues|wednes|thurs|fri|satur|sun)day\b|\b(?:yesterday|today|tomorrow|tonight)\b",
+            re.I,
+        ),
+        verbatim=False,  # "2024-03-02" may be written "March 2" in the answer
+    ),
+    AnswerType(
         "number",
         # a count, amount, share or duration ("how long", "what percentage", "the maximum number of")
         re.compile(
@@ -140,7 +180,7 @@ ANSWER_TYPES = (
             re.I,
         ),
         verbatim=False,  # "how many writeups …" is counted across sources, not copied from one
-        ignored=_TIMESTAMP,
+        ignored=_NOT_A_COUNT,
     ),
     AnswerType(
         "date",
@@ -325,8 +365,8 @@ def asks_for_document(question: str) -> bool:
     return any(w.lower() in _DOCUMENT_NOUNS for w in match.group(1).split())
 
 
-def missing_focus_note(word: str) -> str:
-    """The sentence that opens an answer whose answering passages never mention the question's focus."""
-    return (
-        f"The sources found do not mention “{word}”, which the question asks about, so they answer this only in part."
-    )
+def missing_focus_note(word: str, *, partial: bool = True) -> str:
+    """The sentence that opens an answer whose answering passages never mention the question's
+    focus (``partial``), or follows a decline."""
+    said = f"The sources found do not mention “{word}”, which the question asks about"
+    return said + (", so they answer this only in part." if partial else ".")

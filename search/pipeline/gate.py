@@ -64,7 +64,7 @@ from kbportal.tenancy import tenant_context
 from search.llm import llm_client, llm_configured
 from search.pipeline.answer_types import asked_answer_type, counted_focus, question_focus
 from search.pipeline.evidence import Evidence, evidence_text
-from search.pipeline.passages import ScoredEvidence, answering_passages, is_code, lexeme_sets, score_evidence
+from search.pipeline.passages import Passage, ScoredEvidence, answering_passages, is_code, lexeme_sets, score_evidence
 from search.retrieval import dense_ranking, query_terms, scope_where_sql
 from search.text import QUOTED, holds_term, neutralize_citations, specific_terms
 from sources.embeddings import get_embedder
@@ -354,7 +354,7 @@ def judge(question: str, evidence: list[Evidence], scope: QueryScope) -> Verdict
     features = answerability_features(scored, evidence)
     probability = answered_probability(features)
     answerable, decided_by = probability >= ANSWERED_PROBABILITY, "evidence"
-    judged = llm_sufficiency(question, evidence) if answerable and llm_configured() else None
+    judged = llm_sufficiency(question, evidence, scored) if answerable and llm_configured() else None
     if judged is not None:
         # Either saying no declines: the model's "no" stands, and the LLM's "no" overrules its "yes".
         answerable, decided_by = judged != NOT_FOUND, "evidence and llm"
@@ -395,17 +395,46 @@ JUDGE_PROMPT = (
 _VERDICTS: dict[str, Status] = {"yes": ANSWERED, "true": ANSWERED, "no": NOT_FOUND, "false": NOT_FOUND}
 
 
-def _judge_prompt(question: str, evidence: Sequence[Evidence]) -> str:
+JUDGE_HEAD_CHARS = 160  # a block's opening (what it is about) before its answering passages
+
+
+def judge_block_text(ev: Evidence, passages: Sequence[Passage]) -> str:
+    """What the judge reads of block ``ev``: its opening (``JUDGE_HEAD_CHARS``) and then its
+    answering ``passages`` (the sentences holding most of the question's weight, with their
+    neighbours), joined by " … ", at most ``JUDGE_BLOCK_CHARS`` characters; without passages, the
+    block's first ``JUDGE_BLOCK_CHARS`` characters. A long record's answer is rarely in its first
+    lines: shown only those, the judge decides on a page's introduction."""
+    if not passages:
+        return ev.text[:JUDGE_BLOCK_CHARS]
+    head = ev.text[:JUDGE_HEAD_CHARS]
+    shown = [head.rsplit(" ", 1)[0] if len(ev.text) > JUDGE_HEAD_CHARS else head]
+    for p in passages:
+        if p.text not in shown[0] and p.text not in shown:
+            shown.append(p.text)
+    return " … ".join(" ".join(part.split()) for part in shown)[:JUDGE_BLOCK_CHARS]
+
+
+def _judge_prompt(question: str, evidence: Sequence[Evidence], scored: ScoredEvidence | None = None) -> str:
+    """The judge's user message: up to ``JUDGE_BLOCKS`` relevant blocks, those holding answering
+    passages (``passages.answering_passages`` of ``scored``) first, each as
+    :func:`judge_block_text`, then the question."""
+    chosen = answering_passages(scored) if scored is not None else []
+    by_block: dict[int, list[Passage]] = {}
+    for p in chosen:
+        by_block.setdefault(p.n, []).append(p)
+    relevant = [e for e in evidence if e.is_relevant]
+    ordered = [e for e in relevant if e.n in by_block] + [e for e in relevant if e.n not in by_block]
     blocks = []
-    for ev in [e for e in evidence if e.is_relevant][:JUDGE_BLOCKS]:
-        body = neutralize_citations(ev.text[:JUDGE_BLOCK_CHARS]).replace("Question:", "Question -")
+    for ev in ordered[:JUDGE_BLOCKS]:
+        body = neutralize_citations(judge_block_text(ev, by_block.get(ev.n, []))).replace("Question:", "Question -")
         title = " ".join(neutralize_citations(ev.title).split())
         blocks.append(f"[{ev.n}] {title}\n" + "\n".join("    " + line for line in body.splitlines()))
     return "Evidence:\n\n" + "\n\n".join(blocks) + f"\n\nQuestion: {question}\nDo the blocks answer it?"
 
 
-def llm_sufficiency(question: str, evidence: Sequence[Evidence]) -> Status | None:
-    """One short LLM call: do the evidence blocks answer ``question``? ``answered`` or
+def llm_sufficiency(question: str, evidence: Sequence[Evidence], scored: ScoredEvidence | None = None) -> Status | None:
+    """One short LLM call: do the evidence blocks (:func:`_judge_prompt`; with ``scored``, their
+    answering passages) answer ``question``? ``answered`` or
     ``not_found``; ``None`` on any failure (error, timeout ``KB_LLM_JUDGE_TIMEOUT`` seconds, a
     reply that is not the expected JSON), when the gate's own decision stands."""
     from django.conf import settings
@@ -418,7 +447,7 @@ def llm_sufficiency(question: str, evidence: Sequence[Evidence]) -> Status | Non
                 model=settings.KB_LLM_MODEL,
                 messages=[
                     {"role": "system", "content": JUDGE_PROMPT},
-                    {"role": "user", "content": _judge_prompt(question, evidence)},
+                    {"role": "user", "content": _judge_prompt(question, evidence, scored)},
                 ],
                 temperature=0,
                 max_tokens=20,
@@ -453,7 +482,8 @@ NOT_FOUND_NOTE = "The sources I can read do not answer this."
 NO_EVIDENCE_NOTE = "I could not find anything about this in the project's sources."
 
 
-def missing_terms_note(terms: Sequence[str]) -> str:
-    """The sentence that opens a partial answer, naming what the evidence never mentions."""
+def missing_terms_note(terms: Sequence[str], *, partial: bool = True) -> str:
+    """The sentence that opens a partial answer (``partial``) or follows a decline, naming what
+    the evidence never mentions."""
     names = ", ".join(f"“{t}”" for t in terms[:8])
-    return f"The sources found do not mention {names}, so they answer this only in part."
+    return f"The sources found do not mention {names}" + (", so they answer this only in part." if partial else ".")

@@ -238,10 +238,13 @@ def note_text(term: str) -> str:
 
 def gate_notes(verdict: Verdict) -> list[str]:
     """The sentences opening a partial answer: the named things the evidence lacks, the question's
-    focus its answering passages never mention, and the asked form of value it holds none of."""
+    focus its answering passages never mention, and the asked form of value it holds none of.
+    After a decline (``not_found``) they say what is missing, not that the sources answer in part."""
     terms = [note_text(term) for term in verdict.missing_terms]
-    notes = [missing_terms_note(terms)] if terms else []
-    notes += [missing_focus_note(note_text(verdict.missing_focus))] if verdict.missing_focus else []
+    partial = verdict.status != "not_found"
+    notes = [missing_terms_note(terms, partial=partial)] if terms else []
+    if verdict.missing_focus:
+        notes.append(missing_focus_note(note_text(verdict.missing_focus), partial=partial))
     return notes + ([missing_type_note(verdict.missing_type)] if verdict.missing_type else [])
 
 

@@ -106,6 +106,48 @@ def test_an_llm_answer_writing_version_before_the_cited_number_is_grounded():
     assert ungrounded_values(question, "Upgrade to v2.2.3 [1].", [block], [1]) == []
 
 
+@pytest.mark.parametrize(
+    ("question", "label"),
+    [
+        ("How much did each beanbag cost in the pilot?", "amount of money"),  # a price, not any count
+        ("What is the referral bonus for engineers?", "amount of money"),
+        ("What is the error budget of the API, in percent?", "number"),  # a budget is not always money
+        ("what's the per diem for meals?", "amount of money"),
+        ("How much memory does the cache use?", "number"),  # an amount, not money
+        ("On what date was the hotfix rolled out?", "calendar date"),  # a day, not a release
+        ("Which day is the standup?", "calendar date"),
+        ("Which date format does the API accept?", None),  # a format, not a date
+        ("What day-to-day work does the team do?", None),
+    ],
+)
+def test_a_price_and_a_day_are_asked_for_as_such(question, label):
+    asked = asked_answer_type(question)
+    assert (asked.label if asked else None) == label
+
+
+def test_money_is_found_as_sources_write_it_and_a_bare_count_is_none():
+    money = TYPES["amount of money"]
+    for text in ("Each one cost $1,200.", "40 dollars each", "USD 300 per seat", "1.2k EUR", "Tickets are free."):
+        assert money.held_by(text), text
+    for text in ("Order up to 4 beanbags.", "Feel free to ask.", "It costs 20% more CPU."):
+        assert not money.held_by(text), money.values(text)
+
+
+def test_a_day_is_found_and_a_version_or_a_year_alone_is_none():
+    day = TYPES["calendar date"]
+    for text in ("Rolled out on 2026-03-18.", "Shipped March 3.", "Done by the 3rd of March.", "Deploys on Friday."):
+        assert day.held_by(text), text
+    for text in ("Engineering shipped the v2.2.2 hotfix.", "It changed in 2025.", "At 10:23 UTC it recovered."):
+        assert not day.held_by(text), day.values(text)
+
+
+def test_a_list_enumerator_is_no_count():
+    number = TYPES["number"]
+    assert not number.held_by("3) Create a service account for the project.\n2. Restart the pod")
+    assert not number.held_by("Observed details: 1) Customer viewed the invoice")
+    assert number.values("We terminated 3 instances.\n1) then 12 more (4)") == ["3", "12", "4"]
+
+
 ADVERSARIAL = [
     "1" * 100_000,
     "1." * 50_000,
@@ -165,6 +207,15 @@ def test_a_count_written_in_words_over_twelve_answers_a_how_long_question(kb):
         # a step number is no version
         ("Which proxy version fixed the badge reader stall?", "Badge reader stall",
          "Step 3 of the runbook restarts the proxy after a badge reader stall."),
+        # a count is no price
+        ("How much did each badge reader cost?", "Facilities > Badge readers",
+         "Facilities ordered 4 badge readers for the second floor."),
+        # a release is no day
+        ("On what date was the badge reader proxy hotfix rolled out?", "Badge reader proxy",
+         "Engineering shipped the badge reader proxy hotfix as v2.2.2."),
+        # an item's number in a list is no count
+        ("How many badge readers did facilities replace?", "Facilities > Badge readers",
+         "Steps taken:\n3) Facilities replaced the badge readers on the second floor."),
     ],
 )  # fmt: skip
 def test_text_that_only_looks_like_the_asked_value_does_not_answer(kb, question, title, text):

@@ -17,6 +17,7 @@ from search.pipeline.gate import (
     ANSWERED,
     NOT_FOUND,
     PARTIAL,
+    Verdict,
     agent_noun,
     answerability_features,
     answered_probability,
@@ -579,3 +580,12 @@ def test_the_gate_notes_show_the_questions_words_as_written():
     notes = gate_notes(Verdict(status=PARTIAL, missing_terms=("__init__", "[1]"), missing_focus="approves"))
     assert notes[0] == missing_terms_note(["\\_\\_init\\_\\_", "(1)"])
     assert notes[1] == missing_focus_note("approves")
+
+
+def test_a_decline_never_says_the_sources_answer_in_part():
+    """A not-found answer names what the evidence lacks without contradicting its own opening."""
+    block = _block(1, "Leadership offsite", "The offsite agenda lists the planning sessions.", lexical_rank=1)
+    for verdict in (Verdict(status=NOT_FOUND, missing_terms=("CEO",)), Verdict(status=NOT_FOUND, missing_focus="host")):
+        text = extractive_answer("Who is the CEO hosting the offsite?", [block], verdict=verdict).text
+        assert text.startswith("The sources I can read do not answer this.") and "in part" not in text, text
+        assert "do not mention" in text
