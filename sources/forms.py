@@ -199,7 +199,9 @@ class SourceForm(forms.Form):
 
     name = forms.CharField(max_length=200)
     projects = forms.MultipleChoiceField(
-        required=False, widget=forms.CheckboxSelectMultiple, help_text="Projects whose questions search this source."
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Projects whose questions search this source.",
+        error_messages={"required": "Choose at least one project: a source in no project answers no question."},
     )
     sync_interval_minutes = forms.IntegerField(
         min_value=5, max_value=7 * 24 * 60, initial=60, label="Sync every (minutes)"

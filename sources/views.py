@@ -28,6 +28,7 @@ from sources.services.managed import (
     managed_source_update,
     project_sources_set,
     shown_path,
+    shown_text,
     source_check,
     upload_discard,
     upload_store,
@@ -58,6 +59,9 @@ def status_page(request: HttpRequest) -> HttpResponse:
     if tenant_id is None:
         return _not_found(request)
     rows = source_health_list(tenant_id=tenant_id)
+    tenant = Tenant.objects.get(pk=tenant_id)
+    for row in rows:  # shown, never saved: the server's folders are not the organization's to know
+        row.source.last_error = shown_text(row.source.last_error or "", tenant)
     counts = {
         "total": len(rows),
         "failing": sum(1 for r in rows if r.failing),
@@ -208,9 +212,12 @@ def _source_page(
                 stored_upload = upload_store(tenant=tenant, kind=kind, name=upload.name, chunks=upload.chunks())
                 config["path"] = stored_upload
             if request.POST.get("action") == "test":
-                check = source_check(
-                    tenant_id=tenant_id, kind=kind, config=config, source_id=source.pk if source else None
-                ).summary()
+                check = shown_text(
+                    source_check(
+                        tenant_id=tenant_id, kind=kind, config=config, source_id=source.pk if source else None
+                    ).summary(),
+                    tenant,
+                )
                 if stored_upload is not None:
                     check += " The uploaded file was only tested: choose it again when you save."
             else:
@@ -229,7 +236,7 @@ def _source_page(
                 stored_upload = None  # kept: the saved source reads it
                 return redirect("sources:manage_source", source.slug)
         except ConnectorError as exc:
-            error = str(exc)
+            error = shown_text(str(exc), tenant)
             field = error.split(":", 1)[0].rsplit(" ", 1)[-1]
             if field in config_form.fields:
                 config_form.add_error(field, error.split(":", 1)[1].strip())

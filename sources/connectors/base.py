@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -41,6 +42,20 @@ class ConnectorConfig(BaseModel):
     """Base of every connector's configuration model: unknown keys are an error."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+_WEB_PREFIX = re.compile(r"https?://[^\s/?#]+(?:/\S*)?", re.I)
+
+
+def web_link_prefix(value: str) -> str:
+    """``value`` without its trailing ``/``, as the prefix of the web links a connector writes
+    (``{prefix}/{path}``); ``""`` for none. Raises ``ValueError`` unless it is an ``http://`` or
+    ``https://`` address with a host: a link a reader clicks never runs script (``javascript:``)
+    nor opens a local file."""
+    value = (value or "").strip()
+    if value and not _WEB_PREFIX.fullmatch(value):
+        raise ValueError("must be an http:// or https:// address, such as https://docs.example.com")
+    return value.rstrip("/")
 
 
 @dataclass

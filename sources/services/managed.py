@@ -90,6 +90,13 @@ def managed_path(kind: str, value: str, tenant: Tenant) -> str:
     return str(resolved)
 
 
+def shown_text(text: str, tenant: Tenant) -> str:
+    """``text`` (an error, a check's summary) as organization admins see it: paths under their
+    files folder written relative to it, as :func:`shown_path` writes a stored path."""
+    root = str(tenant_files_root(tenant))
+    return text.replace(root + "/", "").replace(root, ".")
+
+
 def shown_path(path: str, tenant: Tenant) -> str:
     """A stored ``path`` as organization admins see it: relative to their files folder (the server's
     own folders are not theirs to know); a URL or a path elsewhere unchanged."""
@@ -208,6 +215,7 @@ def managed_source_create(
         while DataSource.objects.filter(slug=slug).exists():
             n += 1
             slug = f"{base}-{n}"
+        _check_local(kind, config, label=name)
         source = source_create(
             tenant_id=tenant_id, kind=kind, name=name, slug=slug, config=config, project_ids=projects,
             sync_interval_minutes=sync_interval_minutes,
@@ -270,6 +278,8 @@ def managed_source_update(
                               source_label=source.name).config.model_dump()  # fmt: skip
         old = build_connector(source.kind, source.config, source_label=source.name).config.model_dump()
         projects = _projects(tenant_id, project_ids)
+        if config.get("path") != source.config.get("path"):
+            _check_local(source.kind, merged, label=source.name)
         before = set(ProjectSource.objects.filter(source=source).values_list("project_id", flat=True))
         # Compared as the connector reads them: a default written out is no change.
         changed = sorted(k for k in set(new) | set(old) if new.get(k) != old.get(k))
@@ -292,6 +302,25 @@ def managed_source_update(
     return source
 
 
+def _check_local(kind: str, config: dict[str, Any], *, label: str) -> None:
+    """Run the connector's check on a source reading the organization's own files (a ``path``
+    that is no URL) before it is saved: a folder that is no Slack export, or a ZIP that is no ZIP,
+    is refused on save as Test connection refuses it, not found at the first sync. Sources read
+    over the network are not checked on save (a slow or absent server must not block it).
+    Raises ``ConnectorError``."""
+    path = str(config.get("path") or "")
+    if not path or "://" in path or any(config.get(f) for f in URL_FIELD_NAMES if f != "path"):
+        return
+    _run_check(kind, config, label=label)
+
+
+def _run_check(kind: str, config: dict[str, Any], *, label: str) -> ConnectionCheck:
+    try:
+        return build_connector(kind, config, source_label=label).check()
+    except OSError as exc:  # an unreadable folder or file name the connector did not name
+        raise ConnectorError(f"the source cannot be read: {type(exc).__name__}: {exc.strerror or exc}") from None
+
+
 def source_check(*, tenant_id: int, kind: str, config: dict[str, Any], source_id: int | None = None) -> ConnectionCheck:
     """Test a connection without ingesting: the connector's ``check`` on ``config`` (secrets left
     as ``MASK`` are the stored source's). Raises ``ConnectorError`` with what went wrong."""
@@ -304,10 +333,7 @@ def source_check(*, tenant_id: int, kind: str, config: dict[str, Any], source_id
         config = {**config, "path": managed_path(kind, str(config["path"]), tenant)}
     config = _guard_retarget(kind, config, stored)
     merged = config_merge_secrets(kind=kind, old=stored, new=config, label=kind)
-    try:
-        return build_connector(kind, merged, source_label=kind).check()
-    except OSError as exc:  # an unreadable folder or file name the connector did not name
-        raise ConnectorError(f"the source cannot be read: {type(exc).__name__}: {exc.strerror or exc}") from None
+    return _run_check(kind, merged, label=kind)
 
 
 def project_sources_set(*, tenant_id: int, project_id: int, source_ids: Iterable[int]) -> list[int]:

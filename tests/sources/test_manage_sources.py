@@ -199,8 +199,8 @@ def test_editing_keeps_stored_secrets_and_the_operators_network_flag(acme):
     admin = _admin(acme)
     page = admin.get(f"/manage/sources/{source.slug}/").content.decode()
     assert "xoxb-stored-secret" not in page and "Set; leave blank to keep it." in page
-    form = {"name": "Renamed Slack", "projects": [], "sync_interval_minutes": 120, "config-token": "",
-            "config-channels": "C01\nC02", "config-base_url": "http://127.0.0.1:9/api/",
+    form = {"name": "Renamed Slack", "projects": [str(acme.project.pk)], "sync_interval_minutes": 120,
+            "config-token": "", "config-channels": "C01\nC02", "config-base_url": "http://127.0.0.1:9/api/",
             "config-conversation_gap_minutes": 30, "config-page_size": 200, "config-rate_limit_retries": 10,
             "action": "save"}  # fmt: skip
     assert admin.post(f"/manage/sources/{source.slug}/", form).status_code == 302
@@ -210,8 +210,8 @@ def test_editing_keeps_stored_secrets_and_the_operators_network_flag(acme):
         attached = ProjectSource.objects.filter(source=after).exists()
     assert after.config["token"] == source.config["token"] and is_encrypted(after.config["token"])
     assert after.config["allow_private_network"] is True and after.config["channels"] == ["C01", "C02"]
-    assert (after.name, after.sync_interval_minutes, after.enabled, attached) == ("Renamed Slack", 120, False, False)
-    assert set(update.data["changed"]) == {"channels", "name", "sync_interval_minutes", "enabled", "projects"}
+    assert (after.name, after.sync_interval_minutes, after.enabled, attached) == ("Renamed Slack", 120, False, True)
+    assert set(update.data["changed"]) == {"channels", "name", "sync_interval_minutes", "enabled"}
     assert "xoxb" not in str(update.data)
 
 
@@ -282,7 +282,7 @@ def test_credentials_in_an_operators_url_are_never_shown_and_survive_an_edit(acm
     admin = _admin(acme)
     page = admin.get(f"/manage/sources/{source.slug}/").content.decode()
     assert "ghp_GITSECRET" not in page and "https://***@140.82.112.3/acme/repo.git" in page
-    form = {"name": "Repo renamed", "projects": [], "sync_interval_minutes": 60, "enabled": "on",
+    form = {"name": "Repo renamed", "projects": [str(acme.project.pk)], "sync_interval_minutes": 60, "enabled": "on",
             "config-path": "https://***@140.82.112.3/acme/repo.git", "config-max_commits": 2000,
             "config-max_file_bytes": 1_000_000, "action": "save"}  # fmt: skip
     assert admin.post(f"/manage/sources/{source.slug}/", form).status_code == 302
@@ -347,3 +347,42 @@ def test_the_portals_own_not_found_page_answers_for_manage_pages(make_tenant):
     client.force_login(member)
     page = client.get("/manage/sources/")
     assert page.status_code == 404 and "no such page" in page.content.decode() and "<header>" in page.content.decode()
+
+
+def test_save_refuses_what_test_connection_refuses_and_keeps_nothing(acme, settings):
+    """A folder that is no Slack export, or a file that is no ZIP, is refused when saved, not found
+    at the first sync; the message names the problem without the server's folders."""
+    from sources.services.managed import tenant_files_root
+
+    admin = _admin(acme)
+    (tenant_files_root(acme.tenant) / "handbook").mkdir()
+    (tenant_files_root(acme.tenant) / "handbook" / "a.md").write_text("# A\n")
+    slack_form = {"name": "Chat", "projects": [str(acme.project.pk)], "sync_interval_minutes": 60, "enabled": "on",
+                  "action": "save"}  # fmt: skip
+    not_export = admin.post("/manage/sources/new/slack_export/", {**slack_form, "config-path": "handbook"})
+    body = not_export.content.decode()
+    assert not_export.status_code == 200 and "channels.json" in body
+    assert str(tenant_files_root(acme.tenant)) not in body
+    not_zip = _post(admin, "/manage/sources/new/slack_export/", slack_form, upload=("export.zip", b"not a zip"))
+    assert not_zip.status_code == 200 and "ZIP" in not_zip.content.decode()
+    with tenant_context(acme.tenant.pk):
+        assert not DataSource.objects.exists()
+    uploads = tenant_files_root(acme.tenant) / "uploads"
+    assert not uploads.exists() or not any(p.is_file() for p in uploads.rglob("*"))  # the refused upload is gone
+
+
+def test_a_source_needs_a_project_and_a_link_prefix_that_is_a_web_address(acme):
+    admin = _admin(acme)
+    archive = _zip({"a.md": f"# A\n\n{PAGE}\n"})
+    no_project = _post(admin, "/manage/sources/new/docs/", _docs_form(acme, projects=[]), upload=("a.zip", archive))
+    assert "Choose at least one project" in no_project.content.decode()
+    script = _post(admin, "/manage/sources/new/docs/", _docs_form(acme, **{"config-url_base": "javascript:alert(1)"}),
+                   upload=("a.zip", archive))  # fmt: skip
+    assert "must be an http:// or https:// address" in script.content.decode()
+    with tenant_context(acme.tenant.pk):
+        assert not DataSource.objects.exists()
+    saved = _post(admin, "/manage/sources/new/docs/", _docs_form(acme, **{"config-url_base": "https://docs.acme.test/"}),
+                  upload=("a.zip", archive))  # fmt: skip
+    assert saved.status_code == 302
+    with tenant_context(acme.tenant.pk):
+        assert DataSource.objects.get().config["url_base"].startswith("https://docs.acme.test")

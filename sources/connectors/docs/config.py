@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from sources.connectors.base import web_link_prefix
 from sources.connectors.files import FileSourceConfig
 
 DEFAULT_GLOBS = ["**/*.md", "**/*.markdown", "**/*.html", "**/*.htm", "**/*.rst", "**/*.txt"]
@@ -40,8 +41,8 @@ class DocsConfig(FileSourceConfig):
 
     @field_validator("url_base")
     @classmethod
-    def _strip_trailing_slash(cls, value: str) -> str:
-        return value.rstrip("/")
+    def _web_prefix(cls, value: str) -> str:
+        return web_link_prefix(value)
 
     @field_validator("glob")
     @classmethod

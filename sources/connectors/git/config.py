@@ -6,7 +6,7 @@ import re
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from sources.connectors.base import ConnectorConfig
+from sources.connectors.base import ConnectorConfig, web_link_prefix
 
 # A clone URL: scheme://... for the transports git allows by default, or scp-like user@host:path.
 # Anything else (``ext::``, ``fd::`` remote helpers included) is treated as a local path, so a
@@ -45,8 +45,8 @@ class GitConfig(ConnectorConfig):
 
     @field_validator("url_base")
     @classmethod
-    def _strip_trailing_slash(cls, value: str | None) -> str | None:
-        return (value.rstrip("/") or None) if value else None
+    def _web_prefix(cls, value: str | None) -> str | None:
+        return web_link_prefix(value or "") or None
 
     @model_validator(mode="after")
     def _branch_or_ref(self) -> GitConfig:
