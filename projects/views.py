@@ -75,7 +75,7 @@ def onboarding(request: HttpRequest) -> HttpResponse:
             project = project_create(tenant_id=tenant.pk, name="Everything")
             profile_set_default_project(user=request.user, tenant_id=tenant.pk, project_id=project.pk)
             messages.success(
-                request, f"Created {tenant.name} with a project “Everything”. Add data sources in the admin."
+                request, f"Created {tenant.name} with a project “Everything”. Add data sources under Manage."
             )
             return redirect("search:ask")
         return render(request, "projects/onboarding.html", {"org_form": form, "projects": []})
@@ -102,7 +102,10 @@ def onboarding(request: HttpRequest) -> HttpResponse:
                 return redirect(_next(request))
         except ProjectNotFound as exc:
             messages.error(request, str(exc))
-    context = {"projects": projects, "project_form": project_form if is_admin else None}
+    profile = getattr(request.user, "kb_profile", None)  # none before the first choice
+    current = next((p.public_id for p in projects if p.pk == getattr(profile, "default_project_id", None)), None)
+    context = {"projects": projects, "project_form": project_form if is_admin else None, "has_default": bool(current),
+               "current": current or (projects[0].public_id if projects else None)}  # fmt: skip
     return render(request, "projects/onboarding.html", context)
 
 

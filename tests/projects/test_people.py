@@ -333,3 +333,18 @@ def test_the_invitation_page_keeps_its_token_on_the_site_without_breaking_its_fo
     # "same-origin": the browser sends a real Origin with the form (no-referrer sent "null", which
     # CSRF protection refused); the token still never leaves in a Referer.
     assert page["Referrer-Policy"] == "same-origin" and 'name="csrfmiddlewaretoken"' in page.content.decode()
+
+
+def test_the_projects_page_preselects_the_users_current_default(acme):
+    from projects.services import project_create
+
+    handbook = project_create(tenant_id=acme.tenant.pk, name="A Handbook")  # sorts before "Everything"
+    user = get_user_model().objects.create_user("chooser", "", "pw-" + "c" * 12)
+    membership_create(tenant_id=acme.tenant.pk, user=user)
+    profile_set_default_project(user=user, tenant_id=acme.tenant.pk, project_id=acme.project.pk)
+    browser = Client()
+    browser.force_login(user)
+    page = browser.get("/onboarding/").content.decode()
+    checked = re.findall(r'<input type="radio" name="project" value="([^"]+)" checked', page)
+    assert checked == [str(acme.project.public_id)] and "(your default now)" in page
+    assert str(handbook.public_id) in page  # listed first, not checked

@@ -29,7 +29,11 @@ class Command(BaseCommand):
         add.add_argument("--name", required=True)
         add.add_argument("--owner-email", required=True)
         add.add_argument("--slug", default=None)
-        add.add_argument("--base-url", default="http://127.0.0.1:8000", help="the portal's address, for the link")
+        add.add_argument(
+            "--base-url",
+            default=None,
+            help="the portal's address, for the link (default: KB_PUBLIC_URL, else http://127.0.0.1:8000)",
+        )
         sub.add_parser("list", help="list organizations")
 
     def handle(self, *args, **options):
@@ -50,7 +54,8 @@ class Command(BaseCommand):
                 invitation, token = operator_invite(tenant_id=tenant.pk, email=options["owner_email"])
         except PeopleError as exc:
             raise CommandError(f"--owner-email: {exc}") from exc
-        link = options["base_url"].rstrip("/") + reverse("projects:invitation", args=[tenant.slug, token])
+        base_url = options["base_url"] or settings.KB_PUBLIC_URL or "http://127.0.0.1:8000"
+        link = base_url.rstrip("/") + reverse("projects:invitation", args=[tenant.slug, token])
         send_mail(
             f"You are invited to run {tenant.name} on kbportal",
             f"Open this link within {INVITATION_DAYS} days to become the owner of {tenant.name}:\n{link}\n",

@@ -2,9 +2,10 @@
 
 Migrates, creates a demo tenant, an admin user (credentials printed) and a project, registers
 real data sources (the FastAPI 0.141.1 source from its PyPI sdist, this repository's code,
-docs and history, plus ``--slack-export PATH`` and ``--docs PATH``), starts a Celery worker
-and the web server, ingests every source through Celery, answers two sample questions in the
-terminal, then keeps serving until Ctrl-C (``--no-serve`` stops after the questions).
+docs and history, plus ``--slack-export PATH`` and ``--docs PATH``), starts a Celery worker,
+Celery beat (scheduled syncs) and the web server, ingests every source through Celery, answers
+two sample questions in the terminal, then keeps serving until Ctrl-C (``--no-serve`` stops
+after the questions).
 """
 
 from __future__ import annotations
@@ -169,6 +170,13 @@ class Command(BaseCommand):
             stdout=open(log_dir / "worker.log", "a"),
             stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C reaches the demo, which then stops its children
+        )
+        # Beat queues each source's scheduled syncs (sources.scheduling), as under ``manage.py serve``:
+        # a source added in /manage/ syncs on its schedule here too.
+        beat_cmd = [python, "-m", "celery", "-A", "kbportal", "beat", "--loglevel", "INFO",
+                    "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")]  # fmt: skip
+        procs["celery beat"] = subprocess.Popen(
+            beat_cmd, cwd=base, stdout=open(log_dir / "beat.log", "a"), stderr=subprocess.STDOUT, start_new_session=True
         )
         if not no_serve:
             web_cmd = [python, "manage.py", "runserver", "--noreload", "--insecure", f"127.0.0.1:{port}"]
