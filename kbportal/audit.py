@@ -18,7 +18,7 @@ user and, for an API call, the token's public prefix. Explicit arguments win ove
 
 Actions: ``ask``, ``search``, ``api.call``, ``login``, ``login.failed``, ``login.refused`` and
 ``sso.join`` (single sign-on, :mod:`kbportal.sso`), ``logout``,
-``admin.change``, ``source.create``, ``source.update``, ``source.sync``, ``token.create``,
+``admin.change``, ``source.create``, ``source.update``, ``source.delete``, ``source.sync``, ``token.create``,
 ``token.revoke``, ``feedback``.
 """
 
@@ -56,6 +56,7 @@ ACTIONS = (
     "admin.change",
     "source.create",
     "source.update",
+    "source.delete",
     "source.sync",
     "token.create",
     "token.revoke",

@@ -10,6 +10,7 @@ urlpatterns = [
     path("manage/sources/", views.manage_sources, name="manage_sources"),
     path("manage/sources/new/<slug:kind>/", views.manage_source_new, name="manage_source_new"),
     path("manage/sources/<slug:slug>/", views.manage_source_edit, name="manage_source"),
+    path("manage/sources/<slug:slug>/delete/", views.manage_source_delete, name="manage_source_delete"),
     path("manage/projects/", views.manage_projects, name="manage_projects"),
     path("manage/projects/<slug:slug>/", views.manage_project, name="manage_project"),
     path("sources/<slug:slug>/sync", views.sync_now, name="sync"),

@@ -25,6 +25,7 @@ from sources.scheduling import source_health_list, source_sync_queue
 from sources.selectors import identity_list, source_sync_allowed
 from sources.services.managed import (
     managed_source_create,
+    managed_source_delete,
     managed_source_update,
     project_sources_set,
     shown_path,
@@ -170,6 +171,23 @@ def manage_source_edit(request: HttpRequest, slug: str) -> HttpResponse:
     if source is None:
         raise Http404("no such data source")
     return _source_page(request, tenant_id, source.kind, source, attached)
+
+
+@login_required
+def manage_source_delete(request: HttpRequest, slug: str) -> HttpResponse:
+    """``/manage/sources/<slug>/delete/``: GET asks to confirm (naming how many rows go), POST
+    deletes the source and everything indexed from it."""
+    tenant_id = _admin_tenant_or_404(request)
+    with tenant_context(tenant_id):
+        source = DataSource.objects.filter(slug=slug).first()
+        rows = source.documents.count() if source is not None else 0
+    if source is None:
+        raise Http404("no such data source")
+    if request.method == "POST":
+        deleted = managed_source_delete(tenant_id=tenant_id, source_id=source.pk)
+        messages.success(request, f"Deleted {deleted['name']} and its {deleted['rows']} indexed rows.")
+        return redirect("sources:manage_sources")
+    return render(request, "sources/manage_source_delete.html", {"source": source, "rows": rows})
 
 
 def _source_page(

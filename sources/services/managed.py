@@ -302,6 +302,27 @@ def managed_source_update(
     return source
 
 
+def managed_source_delete(*, tenant_id: int, source_id: int) -> dict[str, Any]:
+    """Delete a source with everything indexed from it (its rows, runs, identities and project
+    links go with it), for an organization admin, and the upload it read, when it read one
+    (``upload_discard``). Returns ``{"source": slug, "name", "rows"}``; writes ``source.delete``
+    (with the row count) in the same transaction. Raises ``DataSource.DoesNotExist`` for a source
+    of another organization (row-level security hides it)."""
+    tenant = Tenant.objects.get(pk=tenant_id)
+    with tenant_context(tenant_id):
+        source = DataSource.objects.select_for_update().get(pk=source_id)
+        summary = {"source": source.slug, "name": source.name, "rows": source.documents.count()}
+        path = str(source.config.get("path") or "")
+        audit_record(
+            action="source.delete", tenant_id=tenant_id, object_type="sources.datasource", object_id=source.pk,
+            data=summary,
+        )  # fmt: skip
+        source.delete()
+    if path and "://" not in path:
+        upload_discard(tenant=tenant, path=path)
+    return summary
+
+
 def _check_local(kind: str, config: dict[str, Any], *, label: str) -> None:
     """Run the connector's check on a source reading the organization's own files (a ``path``
     that is no URL) before it is saved: a folder that is no Slack export, or a ZIP that is no ZIP,

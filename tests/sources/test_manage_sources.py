@@ -386,3 +386,37 @@ def test_a_source_needs_a_project_and_a_link_prefix_that_is_a_web_address(acme):
     assert saved.status_code == 302
     with tenant_context(acme.tenant.pk):
         assert DataSource.objects.get().config["url_base"].startswith("https://docs.acme.test")
+
+
+def test_an_admin_deletes_a_source_with_its_rows_and_upload_and_no_one_else_can(acme, make_tenant):
+    from django.contrib.auth import get_user_model
+
+    from projects.services import membership_create
+    from sources.models import Document
+    from sources.services.managed import tenant_files_root
+
+    plain = get_user_model().objects.create_user("mg-del-member", "", "pw-" + "d" * 12)
+    membership_create(tenant_id=acme.tenant.pk, user=plain)
+    as_member = Client()
+    as_member.force_login(plain)
+
+    admin = _admin(acme)
+    _post(admin, "/manage/sources/new/docs/", _docs_form(acme), upload=("h.zip", _zip({"k.md": f"# Kelp\n\n{PAGE}\n"})))
+    with tenant_context(acme.tenant.pk):
+        source = DataSource.objects.get()
+    assert source_ingest(tenant_id=acme.tenant.pk, source_id=source.pk).status == "succeeded"
+    url = f"/manage/sources/{source.slug}/delete/"
+    other = make_tenant("mgdelother")
+    for outsider in (_admin(other), as_member):
+        assert outsider.get(url).status_code == 404 and outsider.post(url).status_code == 404
+    asked = admin.get(url).content.decode()
+    with tenant_context(acme.tenant.pk):
+        rows = Document.objects.filter(source=source).count()
+    assert rows and f"the {rows} rows" in asked
+    assert admin.post(url).status_code == 302
+    with tenant_context(acme.tenant.pk):
+        assert not DataSource.objects.exists() and not Document.objects.exists()
+        [deleted] = AuditEvent.objects.filter(action="source.delete")
+    assert deleted.actor_id == acme.admin.pk and deleted.data["rows"] == rows
+    assert not any(p.is_file() for p in (tenant_files_root(acme.tenant) / "uploads").rglob("*"))
+    assert not any(PAGE in h.content for h in hybrid_search("kelp harvest", scope_for_user(acme.admin), limit=5).hits)
