@@ -206,7 +206,8 @@ def asked_answer_type(question: str) -> AnswerType | None:
 
 def missing_type_note(label: str) -> str:
     """The sentence that opens an answer whose evidence holds no value of the asked form."""
-    return f"The sources found do not state a {label}, which the question asks for."
+    article = "an" if label[:1].lower() in "aeiou" else "a"
+    return f"The sources found do not state {article} {label}, which the question asks for."
 
 
 def ungrounded_values_note(values: list[str], label: str) -> str:

@@ -141,6 +141,13 @@ def test_a_day_is_found_and_a_version_or_a_year_alone_is_none():
         assert not day.held_by(text), day.values(text)
 
 
+def test_the_missing_value_note_reads_as_english():
+    from search.pipeline.answer_types import missing_type_note
+
+    assert missing_type_note("amount of money").startswith("The sources found do not state an amount of money")
+    assert missing_type_note("version").startswith("The sources found do not state a version")
+
+
 def test_a_list_enumerator_is_no_count():
     number = TYPES["number"]
     assert not number.held_by("3) Create a service account for the project.\n2. Restart the pod")
