@@ -181,6 +181,14 @@ class Invitation(TenantOwned):
     sent_by_operator = models.BooleanField(
         default=False, help_text="Sent by the platform operator (manage.py tenant add), not by a member."
     )
+    project = models.ForeignKey(
+        "Project",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="On accepting, the new member joins this project as a viewer and it becomes their default.",
+    )
 
     class Meta:
         ordering = ["-created_at"]

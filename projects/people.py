@@ -34,8 +34,9 @@ from django.utils import timezone
 from kbportal.audit import audit_record
 from kbportal.emails import email_key
 from kbportal.tenancy import tenant_context
-from projects.models import ApiToken, Invitation, Membership, Profile, ProjectMember, Tenant
+from projects.models import ApiToken, Invitation, Membership, Profile, Project, ProjectMember, Tenant
 from projects.selectors import project_queryset_readable
+from projects.services import project_member_add
 
 INVITATION_DAYS = 7
 _ROLES = {r.value for r in Membership.Role}
@@ -84,17 +85,25 @@ def invitation_token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def member_invite(*, tenant_id: int, actor_user, email: str, role: str) -> tuple[Invitation, str]:
-    """Invite ``email`` to the tenant as ``role``; returns ``(invitation, plain token)``.
+def member_invite(
+    *, tenant_id: int, actor_user, email: str, role: str, project_id: int | None = None
+) -> tuple[Invitation, str]:
+    """Invite ``email`` to the tenant as ``role``; returns ``(invitation, plain token)``. With
+    ``project_id``, the new member also joins that project as a viewer on accepting, and it
+    becomes their default project.
 
     The token (43 URL-safe characters, ~256 bits) goes into the link
     ``/invite/<tenant slug>/<token>/`` and is not kept. Raises :class:`PeopleError` for a bad
-    address or role, or an address that already belongs to a member.
+    address or role, a project not of this organization, or an address that already belongs to a
+    member.
     """
     email = _valid_email(email)
     with tenant_context(tenant_id, user_id=actor_user.pk):
         actor = _actor(tenant_id, actor_user)
         _check_role(role, actor)
+        project = Project.objects.filter(pk=project_id).first() if project_id is not None else None
+        if project_id is not None and project is None:
+            raise PeopleError("project: not a project of this organization")
         member_ids = list(Membership.objects.values_list("user_id", flat=True))
         known = EmailAddress.objects.filter(user_id__in=member_ids).values_list("email", flat=True)
         if email in {email_key(e) for e in known}:
@@ -107,10 +116,12 @@ def member_invite(*, tenant_id: int, actor_user, email: str, role: str) -> tuple
             token_hash=invitation_token_hash(token),
             invited_by=actor_user,
             expires_at=timezone.now() + timedelta(days=INVITATION_DAYS),
+            project=project,
         )
         audit_record(
             action="member.invite", tenant_id=tenant_id, actor=actor_user, object_type="projects.invitation",
-            object_id=invitation.pk, data={"email": email, "role": role, "expires_at": invitation.expires_at},
+            object_id=invitation.pk, data={"email": email, "role": role, "expires_at": invitation.expires_at,
+                                           "project": project.slug if project else None},
         )  # fmt: skip
     return invitation, token
 
@@ -209,11 +220,17 @@ def invitation_accept(*, tenant_slug: str, token: str, user, new_account: bool =
                 action="member.join", tenant_id=invitation.tenant_id, actor=user, object_type="projects.membership",
                 object_id=membership.pk, data={"email": invitation.email, "role": membership.role, "via": "invitation"},
             )  # fmt: skip
-            # A first organization becomes the one they work in, scoped to its oldest project
-            # they may read (as an SSO first login does); they can pick another on /onboarding/.
+            # The invitation's project: they join it as a viewer (a members-only project is
+            # readable only so) and it becomes their default.
+            invited_to = Project.objects.filter(pk=invitation.project_id).first() if invitation.project_id else None
+            if invited_to is not None:
+                project_member_add(project=invited_to, user=user)
+            # A first organization becomes the one they work in, scoped to the invitation's
+            # project or else its oldest project they may read (as an SSO first login does); they
+            # can pick another on /onboarding/.
             profile, _ = Profile.objects.get_or_create(user=user)
             if profile.tenant_id is None:
-                first = project_queryset_readable(user_id=user.pk).order_by("created_at", "pk").first()
+                first = invited_to or project_queryset_readable(user_id=user.pk).order_by("created_at", "pk").first()
                 profile.tenant_id = invitation.tenant_id
                 profile.default_project = first
                 profile.save(update_fields=["tenant", "default_project"])
@@ -312,9 +329,9 @@ def people_list(*, tenant_id: int) -> tuple[list[Membership], list[Invitation]]:
     with tenant_context(tenant_id):
         members = list(Membership.objects.select_related("user").order_by("user__username"))
         pending = list(
-            Invitation.objects.filter(
-                accepted_at__isnull=True, revoked_at__isnull=True, expires_at__gt=timezone.now()
-            ).order_by("email")
+            Invitation.objects.filter(accepted_at__isnull=True, revoked_at__isnull=True, expires_at__gt=timezone.now())
+            .select_related("project")
+            .order_by("email")
         )
     return members, pending
 

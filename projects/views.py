@@ -196,6 +196,15 @@ def _managed_tenant(request: HttpRequest) -> int:
 class InviteForm(forms.Form):
     email = forms.EmailField(label="Email address", max_length=254)
     role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.MEMBER, label="Role")
+    project = forms.ChoiceField(
+        required=False,
+        label="Project",
+        help_text="They join it as a viewer and it becomes their default project (blank: choose on first sign-in).",
+    )
+
+    def __init__(self, *args, projects: list[tuple[str, str]] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["project"].choices = [("", "—"), *(projects or [])]  # type: ignore[attr-defined]
 
 
 @login_required
@@ -216,7 +225,9 @@ def manage_people(request: HttpRequest) -> HttpResponse:
     """
     tenant_id = _managed_tenant(request)
     tenant = Tenant.objects.get(pk=tenant_id)
-    form = InviteForm(request.POST if request.POST.get("action") == "invite" else None)
+    with tenant_context(tenant_id):
+        project_choices = [(str(p.pk), p.name) for p in Project.objects.order_by("name")]
+    form = InviteForm(request.POST if request.POST.get("action") == "invite" else None, projects=project_choices)
     if request.method == "POST":
         action = request.POST.get("action")
         try:
@@ -225,6 +236,7 @@ def manage_people(request: HttpRequest) -> HttpResponse:
                     invitation, token = member_invite(
                         tenant_id=tenant_id, actor_user=request.user, email=form.cleaned_data["email"],
                         role=form.cleaned_data["role"],
+                        project_id=int(form.cleaned_data["project"]) if form.cleaned_data["project"] else None,
                     )  # fmt: skip
                     link = request.build_absolute_uri(reverse("projects:invitation", args=[tenant.slug, token]))
                     try:
@@ -246,7 +258,7 @@ def manage_people(request: HttpRequest) -> HttpResponse:
                     messages.success(
                         request, f"Invited {invitation.email} as {invitation.role}; the link was mailed{where}."
                     )
-                    form = InviteForm()
+                    form = InviteForm(projects=project_choices)
             elif action in ("role", "remove"):
                 user_id = _int(request.POST.get("user"))
                 if action == "role":

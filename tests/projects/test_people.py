@@ -348,3 +348,27 @@ def test_the_projects_page_preselects_the_users_current_default(acme):
     checked = re.findall(r'<input type="radio" name="project" value="([^"]+)" checked', page)
     assert checked == [str(acme.project.public_id)] and "(your default now)" in page
     assert str(handbook.public_id) in page  # listed first, not checked
+
+
+def test_an_invitation_naming_a_project_makes_it_the_new_members_readable_default(acme, make_tenant):
+    from projects.models import Project, ProjectMember
+    from projects.services import project_create
+
+    handbook = project_create(tenant_id=acme.tenant.pk, name="Handbook", visibility=Project.Visibility.MEMBERS)
+    admin = _client(acme.admin)
+    other = make_tenant("pplinvproj")
+    forged = admin.post(PEOPLE, {"action": "invite", "email": "x@example.test", "role": "member",
+                                 "project": str(other.project.pk)})  # fmt: skip
+    assert "the link was mailed" not in forged.content.decode()  # another organization's project: refused
+    sent = len(mail.outbox)
+    page = admin.post(PEOPLE, {"action": "invite", "email": "reader@example.test", "role": "member",
+                               "project": str(handbook.pk)}, follow=True)  # fmt: skip
+    assert "the link was mailed" in page.content.decode() and len(mail.outbox) == sent + 1
+    assert "Handbook" in admin.get(PEOPLE).content.decode()  # the pending invitation names it
+    link = re.search(r"http://testserver(/invite/\S+/)", mail.outbox[-1].body).group(1)
+    visitor = Client()
+    visitor.post(link, {"username": "reader", "password1": "Long-enough-pass-42", "password2": "Long-enough-pass-42"})
+    user = get_user_model().objects.get(username="reader")
+    with tenant_context(acme.tenant.pk):
+        assert ProjectMember.objects.get(user=user, project=handbook).role == "viewer"
+    assert user.kb_profile.default_project_id == handbook.pk
