@@ -17,8 +17,9 @@ URL_RE = re.compile(r"^(?:(?:https?|ssh|git|file)://|[\w.+-]+@[\w.-]+:)", re.IGN
 class GitConfig(ConnectorConfig):
     """Where the repository is and how to link to it.
 
-    ``path``: a local repository (work tree with ``.git``, or a bare repository) or a URL that
-    is cloned under ``settings.KB_WORKDIR / "git"`` and fetched on later runs. ``branch`` or
+    ``path``: the repository's address, an https:// URL that is cloned on the server and fetched on
+    later runs (the operator may also name a local repository or another URL scheme). ``name``:
+    kept for older configurations; unused. ``branch`` or
     ``ref`` picks the revision to index (default: ``HEAD``); ``url_base`` is the web prefix of
     links (``{url_base}/{path}#L1-L9``, ``{url_base}/commit/{sha}``); ``max_commits`` caps the
     commit rows (newest first); ``max_file_bytes`` skips larger files. ``webhook_secret``: the
