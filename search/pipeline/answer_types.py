@@ -170,7 +170,18 @@ ANSWER_TYPES = (
             r"|(?:^|[,(])\s*in\s+(?:[\w-]+\s+){0,2}?(?:per\s+(?:second|minute|hour|day|week|month|request|user)"
             r"|(?:milli)?seconds|minutes|hours|days|weeks|months|years|ms|bytes|[kmgt]i?b|percent|dollars|euros)"
             r"(?=\s*(?:[,)?]|$))"
-            r"|\bwhat\s+(?:is|was|are|were)\s+the\s+(?:\w+\s+)?(?:number|count|amount|percentage|price|cost)\s+of\b",
+            r"|\bwhat\s+(?:is|was|are|were)\s+the\s+(?:\w+\s+)?(?:number|count|amount|percentage|price|cost)\s+of\b"
+            # a quantity's name as the head of "what is the ...": a limit, a threshold, a timeout (the
+            # numeric classes of Li and Roth's question taxonomy, COLING 2002), before a preposition,
+            # a clause or the question's end ("What is the upload size limit for ...?", not "What
+            # rate limiter ...")
+            r"|\b(?:what|which)(?:\s+(?:is|was|are|were)|['’]s)\s+(?:the\s+|our\s+|its\s+|their\s+)?"
+            r"(?:[\w-]+\s+){0,2}?(?:max(?:imum)?|min(?:imum)?|limit|threshold|cap|ceiling|timeout|ttl|quota|capacity"
+            r"|retention(?:\s+period)?|interval|frequency|size)"
+            r"(?=\s+(?:of|for|in|on|per|at|that|when|before|after|we|they|it|set|used|applied)\b|\s+(?-i:[A-Z])|\s*[?,.;]|\s*$)"
+            # or a maximum or minimum of anything ("What's the max retries per job?")
+            r"|\b(?:what|which)(?:\s+(?:is|was|are|were)|['’]s)\s+(?:the\s+|our\s+|its\s+|their\s+)?(?:[\w-]+\s+)?"
+            r"(?:max(?:imum)?|min(?:imum)?)\b",
             re.I,
         ),
         # a number standing on its own ("3", "1,200", "2.5", "40%", "30s", "5GB"), not a digit of a

@@ -118,9 +118,15 @@ def test_an_llm_answer_writing_version_before_the_cited_number_is_grounded():
         ("Which day is the standup?", "calendar date"),
         ("Which date format does the API accept?", None),  # a format, not a date
         ("What day-to-day work does the team do?", None),
+        ("What's the retention period for audit logs?", "number"),  # a quantity named as the head
+        ("What is the upload size limit for the API?", "number"),
+        ("What's the max retries per job?", "number"),
+        ("what was the threshold Ravi used?", "number"),
+        ("What is the rate limiter used by the gateway?", None),  # "rate" qualifies "limiter"
+        ("Which limit applies to headers?", None),  # which limit: a name, not its value
     ],
 )
-def test_a_price_and_a_day_are_asked_for_as_such(question, label):
+def test_a_price_a_day_and_a_quantity_are_asked_for_as_such(question, label):
     asked = asked_answer_type(question)
     assert (asked.label if asked else None) == label
 
