@@ -84,7 +84,7 @@ _CURRENCY_CODES = "USD|EUR|GBP|CHF|CAD|AUD|JPY|INR|SEK|NOK|DKK"
 _AMOUNT = r"\d+(?:[.,]\d+)*(?:\s?(?:k|m|bn|million|billion|thousand))?"
 _MONEY = re.compile(
     rf"[$€£¥]\s?\d|\b(?-i:{_CURRENCY_CODES})\s?\d|(?<![\w.])\d+(?:[.,]\d+)*(?:\s?(?:k|m|bn|million|billion|thousand))?"
-    rf"\s?(?:(?-i:{_CURRENCY_CODES})|dollars?|euros?|pounds?|cents?|bucks)\b"
+    rf"\s?(?:(?-i:{_CURRENCY_CODES})|(?:(?-i:US|U\.S\.|AU|CA|NZ|HK|SG)\s?)?dollars?|euros?|pounds?|cents?|bucks)\b"
     r"|\b(?:free\s+of\s+charge|at\s+no\s+(?:extra\s+)?(?:cost|charge)|no\s+charge|(?:is|are|was|were|it's)\s+free)\b",
     re.I,
 )

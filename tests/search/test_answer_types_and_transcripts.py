@@ -133,7 +133,8 @@ def test_a_price_a_day_and_a_quantity_are_asked_for_as_such(question, label):
 
 def test_money_is_found_as_sources_write_it_and_a_bare_count_is_none():
     money = TYPES["amount of money"]
-    for text in ("Each one cost $1,200.", "40 dollars each", "USD 300 per seat", "1.2k EUR", "Tickets are free."):
+    for text in ("Each one cost $1,200.", "40 dollars each", "USD 300 per seat", "1.2k EUR", "Tickets are free.",
+                 "80 US dollars in North America"):  # fmt: skip
         assert money.held_by(text), text
     for text in ("Order up to 4 beanbags.", "Feel free to ask.", "It costs 20% more CPU."):
         assert not money.held_by(text), money.values(text)
