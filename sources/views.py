@@ -60,9 +60,8 @@ def status_page(request: HttpRequest) -> HttpResponse:
     if tenant_id is None:
         return _not_found(request)
     rows = source_health_list(tenant_id=tenant_id)
-    tenant = Tenant.objects.get(pk=tenant_id)
     for row in rows:  # shown, never saved: the server's folders are not the organization's to know
-        row.source.last_error = shown_text(row.source.last_error or "", tenant)
+        row.source.last_error = shown_text(row.source.last_error or "")
     counts = {
         "total": len(rows),
         "failing": sum(1 for r in rows if r.failing),
@@ -233,8 +232,7 @@ def _source_page(
                 check = shown_text(
                     source_check(
                         tenant_id=tenant_id, kind=kind, config=config, source_id=source.pk if source else None
-                    ).summary(),
-                    tenant,
+                    ).summary()
                 )
                 if stored_upload is not None:
                     check += " The uploaded file was only tested: choose it again when you save."
@@ -254,7 +252,7 @@ def _source_page(
                 stored_upload = None  # kept: the saved source reads it
                 return redirect("sources:manage_source", source.slug)
         except ConnectorError as exc:
-            error = shown_text(str(exc), tenant)
+            error = shown_text(str(exc))
             field = error.split(":", 1)[0].rsplit(" ", 1)[-1]
             if field in config_form.fields:
                 config_form.add_error(field, error.split(":", 1)[1].strip())

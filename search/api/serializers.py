@@ -15,6 +15,7 @@ from rest_framework import serializers
 from search.analytics import ANALYTICS_DAYS_MAX
 from search.retrieval import MAX_QUERY_CHARS
 from sources.models import Document, IngestionRun
+from sources.services.managed import shown_text
 
 SLUG_MAX = 80
 SEARCH_LIMIT_MAX = 50
@@ -216,6 +217,14 @@ class ProjectListSerializer(serializers.Serializer):
     projects = ProjectSerializer(many=True)
 
 
+class ShownTextField(serializers.CharField):
+    """An error as an organization sees it: the server's folders left out
+    (``sources.services.managed.shown_text``)."""
+
+    def to_representation(self, value):
+        return shown_text(super().to_representation(value))
+
+
 class RunSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     source: Any = serializers.CharField(source="source.slug", help_text="The data source's slug.")
@@ -227,7 +236,7 @@ class RunSerializer(serializers.Serializer):
     deleted = serializers.IntegerField()
     embedded = serializers.IntegerField(help_text="Rows whose embedding was computed.")
     skipped = serializers.IntegerField()
-    error = serializers.CharField(allow_blank=True)
+    error = ShownTextField(allow_blank=True)
     created_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
@@ -257,7 +266,7 @@ class SourceSerializer(serializers.Serializer):
     backoff_until = serializers.DateTimeField(
         source="source.backoff_until", allow_null=True, help_text="A failing source is not scheduled before this."
     )
-    last_error = serializers.CharField(source="source.last_error", help_text="The last failed run's error (or empty).")
+    last_error = ShownTextField(source="source.last_error", help_text="The last failed run's error (or empty).")
     next_run_at = serializers.DateTimeField(allow_null=True, help_text="The next scheduled run (null: disabled).")
     last_run = RunSerializer(allow_null=True)
 

@@ -81,10 +81,11 @@ _ENUMERATOR = r"(?m:^[ \t]*\d{1,2}\.(?=\s))|(?<![\w.,(])\d{1,2}\)(?=\s)"
 _NOT_A_COUNT = re.compile(rf"{_TIMESTAMP.pattern}|{_ENUMERATOR}", re.I)
 # Money as sources write it: "$1,200", "€40", "USD 300", "1.2k EUR", "40 dollars", "free of charge".
 _CURRENCY_CODES = "USD|EUR|GBP|CHF|CAD|AUD|JPY|INR|SEK|NOK|DKK"
-_AMOUNT = r"\d+(?:[.,]\d+)*(?:\s?(?:k|m|bn|million|billion|thousand))?"
+# A number starts at a token's start, never after a digit, a dot or a comma (linear on "1,1,1,...").
 _MONEY = re.compile(
-    rf"[$€£¥]\s?\d|\b(?-i:{_CURRENCY_CODES})\s?\d|(?<![\w.])\d+(?:[.,]\d+)*(?:\s?(?:k|m|bn|million|billion|thousand))?"
-    rf"\s?(?:(?-i:{_CURRENCY_CODES})|(?:(?-i:US|U\.S\.|AU|CA|NZ|HK|SG)\s?)?dollars?|euros?|pounds?|cents?|bucks)\b"
+    rf"[$€£¥]\s?\d|\b(?-i:{_CURRENCY_CODES})\s?\d|\d\s?[$€£¥]"
+    rf"|(?<![\w.,])\d+(?:[.,]\d+)*(?:\s?(?:k|m|bn|million|billion|thousand))?"
+    rf"\s?(?:{_CURRENCY_CODES}|(?:(?-i:US|U\.S\.|AU|CA|NZ|HK|SG)\s?)?dollars?|euros?|pounds?|cents?|bucks)\b"
     r"|\b(?:free\s+of\s+charge|at\s+no\s+(?:extra\s+)?(?:cost|charge)|no\s+charge|(?:is|are|was|were|it's)\s+free)\b",
     re.I,
 )
@@ -135,7 +136,10 @@ ANSWER_TYPES = (
         # "How much did each monitor cost?", "What is the referral bonus?": a price, not any count (not
         # "budget": an error or retry budget is no money)
         re.compile(
-            r"\bhow\s+much\b(?=[^?.!]{0,80}?\b(?:cost|costs|costing|spend|spent|pay|paid|charge|charged"
+            # (not "how much time / memory / effort ... does it cost": a quantity of something else)
+            r"\bhow\s+much\b(?!\s+(?:time|memory|ram|cpu|disk|space|storage|data|traffic|bandwidth|latency|overhead"
+            r"|effort|work|load|capacity|quota|more|less|faster|slower|longer|of)\b)"
+            r"(?=[^?.!]{0,80}?\b(?:cost|costs|costing|spend|spent|pay|paid|charge|charged"
             r"|price[ds]?|fees?|salary|salaries|bonus(?:es)?|reimburse[ds]?|refund(?:ed)?|invoiced?|billed)\b)"
             r"|\b(?:what|which)(?:\s+(?:is|was|are|were)|['’]s)?\s+(?:the\s+|our\s+|their\s+|its\s+)?(?:[\w-]+\s+)?"
             r"(?:price|salary|salaries|fee|fees|per\s+diem|bonus|stipend|allowance)\b",
@@ -149,9 +153,9 @@ ANSWER_TYPES = (
         # "On what date ...", "Which day ...": a day, which a version or a year alone does not give
         re.compile(r"\b(?:what|which)\s+(?:date|day)(?![\w-])(?!\s*(?:range|format|field|column|picker)\b)", re.I),
         re.compile(
-            r"\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}/\d{1,2}(?:/\d{2,4})?\b"
+            r"\b\d{4}-\d{2}-\d{2}(?!\d)|\b\d{1,2}[/.]\d{1,2}[/.]\d{2,4}\b|\b\d{1,2}/\d{1,2}\b"
             rf"|\b{_MONTHS}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?\b|\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTHS}\b"
-            r"|\b(?:mon|tues|wednes|thurs|fri|satur|sun)day\b|\b(?:yesterday|today|tomorrow|tonight)\b",
+            r"|\b(?:mon|tues|wednes|thurs|fri|satur|sun)days?\b|\b(?:yesterday|today|tomorrow|tonight)\b",
             re.I,
         ),
         verbatim=False,  # "2024-03-02" may be written "March 2" in the answer

@@ -44,17 +44,27 @@ class ConnectorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-_WEB_PREFIX = re.compile(r"https?://[^\s/?#]+(?:/\S*)?", re.I)
+_WEB_PREFIX = re.compile(r"https?://[^\s/?#@\\]+(?:[/?#]\S*)?", re.I)
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:", re.I)
 
 
 def web_link_prefix(value: str) -> str:
     """``value`` without its trailing ``/``, as the prefix of the web links a connector writes
-    (``{prefix}/{path}``); ``""`` for none. Raises ``ValueError`` unless it is an ``http://`` or
-    ``https://`` address with a host: a link a reader clicks never runs script (``javascript:``)
-    nor opens a local file."""
+    (``{prefix}/{path}``); ``""`` for none. An ``http://`` or ``https://`` address with a host
+    (no credentials), or a prefix with no scheme at all (``/docs``, ``docs.example.com``: a link
+    relative to the page, as earlier configurations wrote it). Raises ``ValueError`` for any other
+    scheme (``javascript:``, ``data:``, ``file:``), a protocol-relative ``//host``, or a space or
+    control character: a link a reader clicks never runs script nor opens a local file."""
     value = (value or "").strip()
-    if value and not _WEB_PREFIX.fullmatch(value):
-        raise ValueError("must be an http:// or https:// address, such as https://docs.example.com")
+    if not value:
+        return ""
+    bad = (
+        any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in value)
+        or value.startswith(("//", "\\"))
+        or (_SCHEME.match(value) is not None and not _WEB_PREFIX.fullmatch(value))
+    )
+    if bad:
+        raise ValueError("must be an http:// or https:// address, such as https://docs.example.com, or a path")
     return value.rstrip("/")
 
 

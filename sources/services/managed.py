@@ -91,11 +91,15 @@ def managed_path(kind: str, value: str, tenant: Tenant) -> str:
     return str(resolved)
 
 
-def shown_text(text: str, tenant: Tenant) -> str:
-    """``text`` (an error, a check's summary) as organization admins see it: paths under their
-    files folder written relative to it, as :func:`shown_path` writes a stored path."""
-    root = str(tenant_files_root(tenant))
-    return text.replace(root + "/", "").replace(root, ".")
+def shown_text(text: str) -> str:
+    """``text`` (an error, a check's summary) as an organization sees it: a path under an
+    organization's files folder written relative to that folder (as :func:`shown_path` writes a
+    stored path; the folder itself as ``.``), and the server's work folder (git clones) left out.
+    The server's own folders are not the organization's to know."""
+    base = re.escape(str(Path(settings.KB_TENANT_FILES_ROOT).resolve()))
+    text = re.sub(rf"{base}/[^/\s'\"]+/", "", text)
+    text = re.sub(rf"{base}/[^/\s'\"]+(?![^\s'\"])", ".", text)
+    return text.replace(str(Path(settings.KB_WORKDIR).resolve()) + "/", "")
 
 
 def shown_path(path: str, tenant: Tenant) -> str:
@@ -138,13 +142,26 @@ def upload_store(*, tenant: Tenant, kind: str, name: str, chunks: Iterable[bytes
         raise
 
 
-def upload_discard(*, tenant: Tenant, path: str) -> None:
-    """Delete an upload :func:`upload_store` wrote (its whole folder), when no source keeps it."""
+def upload_discard(*, tenant: Tenant, path: str) -> bool:
+    """Delete the upload :func:`upload_store` wrote that ``path`` lies in (its whole folder), unless
+    a source of the organization still reads in it, or reads a folder holding it (each source's
+    path resolved, links followed). Returns whether it was deleted."""
     uploads = tenant_files_root(tenant) / "uploads"
     target = Path(path).resolve()
     folder = next((p for p in (target, *target.parents) if p.parent == uploads), None)
-    if folder is not None:
-        shutil.rmtree(folder, ignore_errors=True)
+    if folder is None:
+        return False
+    with tenant_context(tenant.pk):
+        paths = [str(c.get("path") or "") for c in DataSource.objects.values_list("config", flat=True)]
+    for kept in (p for p in paths if p and "://" not in p):
+        try:
+            resolved = Path(kept).resolve()
+        except (OSError, RuntimeError, ValueError):
+            continue
+        if resolved.is_relative_to(folder) or folder.is_relative_to(resolved):
+            return False
+    shutil.rmtree(folder, ignore_errors=True)
+    return True
 
 
 def _extract(archive: Path, into: Path, *, limit: int, label: str) -> None:
@@ -277,7 +294,10 @@ def managed_source_update(
         merged = config_merge_secrets(kind=source.kind, old=source.config, new=config, label=source.name)
         new = build_connector(source.kind, merged, include=source.include, exclude=source.exclude,
                               source_label=source.name).config.model_dump()  # fmt: skip
-        old = build_connector(source.kind, source.config, source_label=source.name).config.model_dump()
+        try:
+            old = build_connector(source.kind, source.config, source_label=source.name).config.model_dump()
+        except ConnectorError:  # a stored config today's rules refuse: this edit is what fixes it
+            old = {}
         projects = _projects(tenant_id, project_ids)
         if config.get("path") != source.config.get("path"):
             _check_local(source.kind, merged, label=source.name)
@@ -289,6 +309,7 @@ def managed_source_update(
         changed += [k for k, v in fields.items() if getattr(source, k) != v]
         for key, value in fields.items():
             setattr(source, key, value)
+        replaced = str(source.config.get("path") or "") if merged.get("path") != source.config.get("path") else ""
         source.config = merged
         source.save(update_fields=["config", *fields])
         ProjectSource.objects.filter(source=source).exclude(project_id__in=projects).delete()
@@ -300,6 +321,8 @@ def managed_source_update(
             action="source.update", tenant_id=tenant_id, object_type="sources.datasource", object_id=source.pk,
             data={"source": source.slug, "changed": changed, "projects": projects},
         )  # fmt: skip
+    if replaced and "://" not in replaced:
+        upload_discard(tenant=tenant, path=replaced)  # the earlier upload, unless a source still reads it
     return source
 
 
@@ -345,6 +368,8 @@ def _run_check(kind: str, config: dict[str, Any], *, label: str) -> ConnectionCh
         return build_connector(kind, config, source_label=label).check()
     except OSError as exc:  # an unreadable folder or file name the connector did not name
         raise ConnectorError(f"the source cannot be read: {type(exc).__name__}: {exc.strerror or exc}") from None
+    except (RecursionError, ValueError, UnicodeError) as exc:  # a file nested or encoded past reading
+        raise ConnectorError(f"a file of the source cannot be read: {type(exc).__name__}") from None
 
 
 def source_check(*, tenant_id: int, kind: str, config: dict[str, Any], source_id: int | None = None) -> ConnectionCheck:

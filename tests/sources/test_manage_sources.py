@@ -420,3 +420,52 @@ def test_an_admin_deletes_a_source_with_its_rows_and_upload_and_no_one_else_can(
     assert deleted.actor_id == acme.admin.pk and deleted.data["rows"] == rows
     assert not any(p.is_file() for p in (tenant_files_root(acme.tenant) / "uploads").rglob("*"))
     assert not any(PAGE in h.content for h in hybrid_search("kelp harvest", scope_for_user(acme.admin), limit=5).hits)
+
+
+def test_deleting_a_source_keeps_an_upload_another_source_still_reads(acme):
+    from sources.services.managed import managed_source_create, managed_source_delete, shown_path
+
+    admin = _admin(acme)
+    _post(admin, "/manage/sources/new/docs/", _docs_form(acme, name="First"), upload=("a.zip", _zip({"a.md": "# A\n"})))
+    with tenant_context(acme.tenant.pk):
+        first = DataSource.objects.get(slug="first")
+    second = managed_source_create(tenant_id=acme.tenant.pk, kind="docs", name="Second",
+                                   config={"path": shown_path(first.config["path"], acme.tenant)},
+                                   project_ids=[acme.project.pk])  # fmt: skip
+    managed_source_delete(tenant_id=acme.tenant.pk, source_id=second.pk)
+    assert Path(first.config["path"]).is_dir()  # the first source still reads it
+    managed_source_delete(tenant_id=acme.tenant.pk, source_id=first.pk)
+    assert not Path(first.config["path"]).exists()  # now no source does
+
+
+def test_a_stored_scheme_less_link_prefix_still_syncs_and_an_edit_fixes_a_refused_one(acme):
+    from sources.services.managed import managed_source_update, tenant_files_root
+
+    (tenant_files_root(acme.tenant) / "docs").mkdir()
+    (tenant_files_root(acme.tenant) / "docs" / "a.md").write_text(f"# A\n\n{PAGE}\n")
+    path = str(tenant_files_root(acme.tenant) / "docs")
+    legacy = source_create(tenant_id=acme.tenant.pk, kind="docs", name="Legacy", project_ids=[acme.project.pk],
+                           config={"path": path, "url_base": "docs.acme.test"})  # fmt: skip
+    assert source_ingest(tenant_id=acme.tenant.pk, source_id=legacy.pk).status == "succeeded"
+    with tenant_context(acme.tenant.pk):  # a value an operator stored before links were checked
+        DataSource.objects.filter(pk=legacy.pk).update(config={"path": path, "url_base": "javascript:alert(1)"})
+    assert source_ingest(tenant_id=acme.tenant.pk, source_id=legacy.pk).status == "failed"
+    fixed = managed_source_update(tenant_id=acme.tenant.pk, source_id=legacy.pk, name="Legacy",
+                                  config={"path": path, "url_base": "https://docs.acme.test"},
+                                  project_ids=[acme.project.pk], sync_interval_minutes=60, enabled=True)  # fmt: skip
+    assert source_ingest(tenant_id=acme.tenant.pk, source_id=fixed.pk).status == "succeeded"
+
+
+def test_errors_name_no_server_folder_on_the_manage_pages_or_the_api(acme, settings):
+    from sources.services.managed import shown_text, tenant_files_root
+
+    root = tenant_files_root(acme.tenant)
+    assert shown_text(f"'{root}/uploads/x/export.zip' is no ZIP") == "'uploads/x/export.zip' is no ZIP"
+    assert shown_text(f"'{root}' is empty") == "'.' is empty"
+    assert (
+        shown_text(f"git fetch failed in {Path(settings.KB_WORKDIR).resolve()}/git/abc")
+        == "git fetch failed in git/abc"
+    )
+    # a slug sharing another's prefix is not cut short
+    other = Path(settings.KB_TENANT_FILES_ROOT).resolve() / f"{acme.tenant.slug}c" / "secret.md"
+    assert shown_text(str(other)) == "secret.md"

@@ -69,6 +69,7 @@ class Command(BaseCommand):
             raise KeyboardInterrupt
 
         signal.signal(signal.SIGTERM, stop_on_sigterm)
+        signal.signal(signal.SIGHUP, stop_on_sigterm)  # a closed terminal: no orphan worker, beat or server
         if not no_serve:
             self.stdout.write(f"web: http://127.0.0.1:{port}/  login: admin / {password}  (usable while ingesting)")
         try:
