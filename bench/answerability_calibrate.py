@@ -50,20 +50,26 @@ FEATURES = tuple(os.environ.get("KB_CALIBRATE_FEATURES", "coverage,similarity,mi
 SKIPPED_TYPES = {"high_level"}
 
 
+def parse_set(spec: str):
+    """``NAME=TENANT/PROJECT:FILE`` -> ``(name, the operator's QueryScope of that project, Path)``."""
+    from sources.selectors import scope_for_operator
+
+    name, rest = spec.split("=", 1)
+    where, path = rest.split(":", 1)
+    tenant, project = where.split("/", 1)
+    return name, scope_for_operator(tenant_slug=tenant, project_slug=project), Path(path)
+
+
 def collect(spec: str) -> list[dict]:
     """Features of every question of one ``NAME=TENANT/PROJECT:FILE`` set."""
     from search.evaluation import load_questions
     from search.pipeline.executor import execute_plan
     from search.pipeline.gate import judge, missing_focus
     from search.pipeline.planner import rule_plan
-    from sources.selectors import scope_for_operator
 
-    name, rest = spec.split("=", 1)
-    where, path = rest.split(":", 1)
-    tenant, project = where.split("/", 1)
-    scope = scope_for_operator(tenant_slug=tenant, project_slug=project)
+    name, scope, path = parse_set(spec)
     rows = []
-    for q in load_questions(Path(path)):
+    for q in load_questions(path):
         if q.type in SKIPPED_TYPES:
             continue
         evidence = execute_plan(rule_plan(q.text), scope).evidence

@@ -29,6 +29,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kbportal.settings")
 
 
 def collect(spec: str) -> list[dict]:
+    from answerability_calibrate import parse_set
+
     from search.evaluation import load_questions
     from search.llm import without_llm
     from search.pipeline.executor import execute_plan
@@ -41,14 +43,10 @@ def collect(spec: str) -> list[dict]:
         score_question_evidence,
     )
     from search.pipeline.planner import rule_plan
-    from sources.selectors import scope_for_operator
 
-    name, rest = spec.split("=", 1)
-    where, path = rest.split(":", 1)
-    tenant, project = where.split("/", 1)
-    scope = scope_for_operator(tenant_slug=tenant, project_slug=project)
+    name, scope, path = parse_set(spec)
     rows = []
-    for q in load_questions(Path(path)):
+    for q in load_questions(path):
         with without_llm():
             evidence = execute_plan(rule_plan(q.text), scope).evidence
         row = {"set": name, "id": q.id, "unanswerable": q.type == "unanswerable", "model": False}
