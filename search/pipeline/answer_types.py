@@ -89,6 +89,10 @@ _MONEY = re.compile(
     r"|\b(?:free\s+of\s+charge|at\s+no\s+(?:extra\s+)?(?:cost|charge)|no\s+charge|(?:is|are|was|were|it's)\s+free)\b",
     re.I,
 )
+# "What is the ...", "What's our ...", "Which were their ..." (the question word, a copula, a determiner)
+_WHAT = r"\b(?:what|which)"
+_COPULA = r"(?:\s+(?:is|was|are|were)|['’]s)"
+_THE = r"\s+(?:the\s+|our\s+|their\s+|its\s+)?"
 ANSWER_TYPES = (
     AnswerType(
         "Slack channel",
@@ -141,7 +145,7 @@ ANSWER_TYPES = (
             r"|effort|work|load|capacity|quota|more|less|faster|slower|longer|of)\b)"
             r"(?=[^?.!]{0,80}?\b(?:cost|costs|costing|spend|spent|pay|paid|charge|charged"
             r"|price[ds]?|fees?|salary|salaries|bonus(?:es)?|reimburse[ds]?|refund(?:ed)?|invoiced?|billed)\b)"
-            r"|\b(?:what|which)(?:\s+(?:is|was|are|were)|['’]s)?\s+(?:the\s+|our\s+|their\s+|its\s+)?(?:[\w-]+\s+)?"
+            rf"|{_WHAT}{_COPULA}?{_THE}(?:[\w-]+\s+)?"
             r"(?:price|salary|salaries|fee|fees|per\s+diem|bonus|stipend|allowance)\b",
             re.I,
         ),
@@ -179,12 +183,12 @@ ANSWER_TYPES = (
             # numeric classes of Li and Roth's question taxonomy, COLING 2002), before a preposition,
             # a clause or the question's end ("What is the upload size limit for ...?", not "What
             # rate limiter ...")
-            r"|\b(?:what|which)(?:\s+(?:is|was|are|were)|['’]s)\s+(?:the\s+|our\s+|its\s+|their\s+)?"
+            rf"|{_WHAT}{_COPULA}{_THE}"
             r"(?:[\w-]+\s+){0,2}?(?:max(?:imum)?|min(?:imum)?|limit|threshold|cap|ceiling|timeout|ttl|quota|capacity"
             r"|retention(?:\s+period)?|interval|frequency|size)"
             r"(?=\s+(?:of|for|in|on|per|at|that|when|before|after|we|they|it|set|used|applied)\b|\s+(?-i:[A-Z])|\s*[?,.;]|\s*$)"
             # or a maximum or minimum of anything ("What's the max retries per job?")
-            r"|\b(?:what|which)(?:\s+(?:is|was|are|were)|['’]s)\s+(?:the\s+|our\s+|its\s+|their\s+)?(?:[\w-]+\s+)?"
+            rf"|{_WHAT}{_COPULA}{_THE}(?:[\w-]+\s+)?"
             r"(?:max(?:imum)?|min(?:imum)?)\b",
             re.I,
         ),

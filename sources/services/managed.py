@@ -299,7 +299,8 @@ def managed_source_update(
         except ConnectorError:  # a stored config today's rules refuse: this edit is what fixes it
             old = {}
         projects = _projects(tenant_id, project_ids)
-        if config.get("path") != source.config.get("path"):
+        path_changed = merged.get("path") != source.config.get("path")
+        if path_changed:
             _check_local(source.kind, merged, label=source.name)
         before = set(ProjectSource.objects.filter(source=source).values_list("project_id", flat=True))
         # Compared as the connector reads them: a default written out is no change.
@@ -309,7 +310,7 @@ def managed_source_update(
         changed += [k for k, v in fields.items() if getattr(source, k) != v]
         for key, value in fields.items():
             setattr(source, key, value)
-        replaced = str(source.config.get("path") or "") if merged.get("path") != source.config.get("path") else ""
+        replaced = str(source.config.get("path") or "") if path_changed else ""
         source.config = merged
         source.save(update_fields=["config", *fields])
         ProjectSource.objects.filter(source=source).exclude(project_id__in=projects).delete()
