@@ -26,6 +26,7 @@ from sources.models import Document, ExternalGroup, ExternalIdentity
 from sources.selectors import DocumentNotFound, document_get_for_user, scope_for_user, user_principals
 from sources.services import source_create, source_ingest
 from tests.sources.confluence_server import EMAIL, TOKEN, ConfluenceWorld, FakeConfluence, _page, person, storage
+from tests.sources.slack_server import BOT_TOKEN, FakeSlack, SlackWorld
 
 pytestmark = pytest.mark.django_db
 
@@ -138,6 +139,49 @@ def test_a_principal_two_sources_disagree_about_links_to_nobody(acme, slack, tmp
     eve = _person(acme, "eve", "eve@elsewhere.test")
     assert f"slack:{PAT}" not in user_principals(eve)
     assert not _reads(eve, SECRET, "offsite budget code WALRUS-7731")
+
+
+# ---------- Slack user groups (live Web API) ---------------------------------------------------------
+
+
+def test_a_slack_user_group_is_held_by_its_linked_members_only_and_follows_the_next_sync(acme):
+    world = SlackWorld(
+        channels={"C0GENERAL": "general"},
+        users={PAT: {"real_name": "Pat", "email": "pat.member@acme.test"}, QUINN: {"real_name": "Quinn"},
+               RAY: {"real_name": "Ray", "email": "ray@acme.test"}},
+        usergroups=[{"id": "S0ONCALL", "handle": "oncall", "name": "On-call", "users": [PAT, QUINN]},
+                    {"id": "S0RETIRED", "handle": "old", "name": "Old", "users": [RAY], "date_delete": 1704880800}],
+    )  # fmt: skip
+    world.apply({"type": "message", "channel": "C0GENERAL", "user": PAT, "text": PUBLIC, "ts": "1704880800.000100"})
+    server = FakeSlack(world)
+    try:
+        config = {"token": BOT_TOKEN, "base_url": server.base_url, "channels": ["C0GENERAL"],
+                  "allow_private_network": True}  # fmt: skip
+        source = source_create(tenant_id=acme.tenant.pk, kind="slack", name="Live Slack", config=config,
+                               project_ids=[acme.project.pk])  # fmt: skip
+        assert source_ingest(tenant_id=acme.tenant.pk, source_id=source.pk).status == "succeeded"
+        with tenant_context(acme.tenant.pk):
+            groups = dict(ExternalGroup.objects.filter(source=source).values_list("principal", "members"))
+        assert groups == {"slack-group:S0ONCALL": [f"slack:{PAT}", f"slack:{QUINN}"]}  # the disabled one is left out
+        pat = _person(acme, "pat", "pat.member@acme.test")
+        ray = _person(acme, "ray", "ray@acme.test")  # linked, but only in the disabled group
+        mallory = _person(acme, "mallory", "pat.member@acme.test", verified=False)
+        assert "slack-group:S0ONCALL" in user_principals(pat)
+        assert all("slack-group:S0ONCALL" not in user_principals(u) for u in (ray, mallory))
+        assert "slack-group:S0RETIRED" not in user_principals(ray)
+
+        # Pat leaves the group: gone at the next sync. A token without usergroups:read knows no group.
+        world.usergroups = [{"id": "S0ONCALL", "handle": "oncall", "name": "On-call", "users": [QUINN]}]
+        assert source_ingest(tenant_id=acme.tenant.pk, source_id=source.pk).status == "succeeded"
+        assert "slack-group:S0ONCALL" not in user_principals(pat)
+        world.usergroups = [{"id": "S0ONCALL", "handle": "oncall", "name": "On-call", "users": [PAT]}]
+        assert source_ingest(tenant_id=acme.tenant.pk, source_id=source.pk).status == "succeeded"
+        assert "slack-group:S0ONCALL" in user_principals(pat)
+        world.usergroups = None
+        assert source_ingest(tenant_id=acme.tenant.pk, source_id=source.pk).status == "succeeded"
+        assert "slack-group:S0ONCALL" not in user_principals(pat)
+    finally:
+        server.close()
 
 
 # ---------- Confluence groups ------------------------------------------------------------------------

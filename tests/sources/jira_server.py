@@ -19,6 +19,9 @@ number, as Jira would never hand out one key twice.
   anything else is a 400 with Jira's ``errorMessages``), ``startAt``, ``maxResults`` (capped at
   ``max_results_cap``, as Jira caps it); each issue embeds at most ``embedded_comments`` comments;
 - ``GET /rest/api/2/issue/{key}/comment`` with ``startAt``/``maxResults``;
+- ``GET /rest/api/2/issuesecurityschemes/level/member?levelId=`` (a 403 unless ``world.admin``),
+  ``GET /rest/api/2/project/{key}/role/{id}`` and ``GET /rest/api/2/group/member?groupname=``,
+  paged as Jira pages them (``values``, ``isLast``, ``total``);
 - auth: ``Basic base64(email:token)`` (``auth="basic"``) or ``Bearer token`` (``auth="bearer"``);
   anything else is a 401 (with ``echo_credentials`` the message quotes the header it got);
 - armed rate limits (:meth:`FakeJira.rate_limit`): the next matching request is a 429 with
@@ -126,10 +129,18 @@ def comment_from(raw: str, *, fallback_author: str, fallback_time: datetime, num
 
 @dataclass
 class JiraWorld:
-    """Issues by key, in a site at ``site``."""
+    """Issues by key, in a site at ``site``; the site's permission holders: ``level_holders``
+    (security level id -> holders as Jira shows them, ``{"type", "parameter", "user"?, "group"?}``),
+    ``roles`` ((project key, role id) -> actors), ``groups`` (name -> user objects).
+    ``admin``: whether the credential holds *Administer Jira* (level members are shown only then).
+    """
 
     site: str = "https://erb.atlassian.net"
     issues: dict[str, dict[str, Any]] = field(default_factory=dict)
+    level_holders: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    roles: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    groups: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    admin: bool = True
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def touch(self, key: str, when: datetime) -> None:
@@ -308,4 +319,33 @@ class FakeJira(JsonServer):
                 body = {"startAt": start, "maxResults": size, "total": len(comments),
                         "comments": json.loads(json.dumps(comments[start : start + size]))}  # fmt: skip
                 return answer(200, body)
+            if path == "/rest/api/2/issuesecurityschemes/level/member":
+                if not self.world.admin:
+                    refused = "You are not authorized to perform this action. Administrator privileges are required."
+                    return answer(403, {"errorMessages": [refused], "errors": {}})
+                level = query.get("levelId", "")
+                members = [
+                    {"id": str(10000 + n), "issueSecurityLevelId": level, "issueSecuritySchemeId": "10010",
+                     "holder": holder}
+                    for n, holder in enumerate(self.world.level_holders.get(level, []))
+                ]  # fmt: skip
+                return answer(200, _page_bean(members, start, size))
+            if m := re.fullmatch(r"/rest/api/2/project/([A-Z][A-Z0-9_]*)/role/(\d+)", path):
+                actors = self.world.roles.get((m.group(1), m.group(2)))
+                if actors is None:
+                    return answer(404, {"errorMessages": ["Can not retrieve a role actor for a null project."]})
+                return answer(200, {"self": f"{self.base_url}{path}", "name": f"role {m.group(2)}",
+                                    "id": int(m.group(2)), "actors": actors})  # fmt: skip
+            if path == "/rest/api/2/group/member":
+                users = self.world.groups.get(query.get("groupname", ""))
+                if users is None:
+                    return answer(404, {"errorMessages": ["Specified group does not exist."], "errors": {}})
+                return answer(200, _page_bean(users, start, size))
         return answer(404, {"errorMessages": ["Not Found"], "errors": {}})
+
+
+def _page_bean(values: list[Any], start: int, size: int) -> dict[str, Any]:
+    """Jira's ``PageBean`` shape for ``values[start:start + size]``."""
+    chunk = json.loads(json.dumps(values[start : start + size]))
+    return {"startAt": start, "maxResults": size, "total": len(values), "isLast": start + size >= len(values),
+            "values": chunk}  # fmt: skip

@@ -9,7 +9,8 @@ thread fields. :class:`FakeSlack` serves that state:
 - ``POST|GET /api/<method>`` for ``auth.test``, ``conversations.history`` (newest first,
   ``oldest``/``latest``/``inclusive``, cursor pages), ``conversations.replies`` (parent then
   replies, cursor pages, ``thread_not_found``), ``conversations.info``, ``conversations.members``
-  (cursor pages), ``users.info`` and ``apps.connections.open`` (app-level token only), answering
+  (cursor pages), ``users.info``, ``usergroups.list`` (``missing_scope`` while the world has
+  none) and ``apps.connections.open`` (app-level token only), answering
   ``invalid_auth`` to a wrong bearer token, and HTTP 429 with ``Retry-After`` when a rate limit
   is armed (:meth:`FakeSlack.rate_limit`). Every request is logged with its time and status.
 - a WebSocket server (the ``websockets`` library) at the URL ``apps.connections.open`` hands
@@ -48,7 +49,9 @@ class SlackWorld:
     """Channels, users and messages of one workspace, updated by :meth:`apply`.
 
     ``channels``: id -> name; ``private``: id -> member ids for private channels; ``users``:
-    id -> profile (``real_name``, ``display_name``, ``name``).
+    id -> profile (``real_name``, ``display_name``, ``name``); ``usergroups``: user groups as
+    ``usergroups.list`` shows them (``id``, ``handle``, ``users``...), ``None`` for a token
+    without ``usergroups:read``.
     """
 
     def __init__(
@@ -57,8 +60,10 @@ class SlackWorld:
         channels: dict[str, str],
         users: dict[str, dict[str, Any]] | None = None,
         private: dict[str, list[str]] | None = None,
+        usergroups: list[dict[str, Any]] | None = None,
     ) -> None:
         self.channels = dict(channels)
+        self.usergroups = usergroups  # None: the token lacks usergroups:read
         self.users = dict(users or {})
         self.private = dict(private or {})
         self.messages: dict[str, dict[str, dict[str, Any]]] = {cid: {} for cid in channels}
@@ -465,6 +470,18 @@ class FakeSlack:
             return {"ok": False, "error": "thread_not_found"}
         page, cursor = self._page(thread, params, key=lambda m: m["ts"], default_limit=1000)
         return {"ok": True, "messages": page, "has_more": bool(cursor), "response_metadata": {"next_cursor": cursor}}
+
+    def _api_usergroups_list(self, params: dict[str, str]) -> dict[str, Any]:
+        if self.world.usergroups is None:
+            return {"ok": False, "error": "missing_scope", "needed": "usergroups:read", "provided": "channels:history"}
+        with_users = params.get("include_users", "").lower() in ("1", "true")
+        groups = [
+            {"team_id": TEAM_ID, "is_usergroup": True, "description": "", "date_delete": 0,
+             **{k: v for k, v in group.items() if with_users or k != "users"},
+             "user_count": len(group.get("users", []))}
+            for group in copy.deepcopy(self.world.usergroups)
+        ]  # fmt: skip
+        return {"ok": True, "usergroups": groups}
 
     def _api_users_info(self, params: dict[str, str]) -> dict[str, Any]:
         user_id = params.get("user", "")

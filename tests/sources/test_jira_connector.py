@@ -29,7 +29,7 @@ from sources.embeddings import get_embedder
 from sources.models import Document, IngestionRun
 from sources.selectors import scope_for_operator, scope_for_user
 from sources.services import source_create, source_ingest, source_update_config
-from tests.sources.jira_server import EMAIL, TOKEN, FakeJira, JiraWorld, world_from_documents
+from tests.sources.jira_server import EMAIL, TOKEN, FakeJira, JiraWorld, user, world_from_documents
 
 ISSUES = 29
 TARGET = "SUP-1911"  # "Streaming stalls" for Northwind Robotics: three comments, by Ben Carter and Elliot Price
@@ -295,6 +295,77 @@ def test_security_level_restricts_an_issue_to_its_principals(acme, make_tenant, 
     globex = make_tenant("globex")
     with tenant_context(globex.tenant.pk):
         assert Document.objects.filter(source_id=source_id).count() == 0
+
+
+def _unverified(tenant, username: str, email: str):
+    user = _member(tenant, username, None)
+    EmailAddress.objects.create(user=user, email=email, verified=False, primary=True)
+    return user
+
+
+def test_security_level_members_read_from_jira_reach_exactly_those_people(acme, jira, world):
+    secret = "INT-1842"  # a log-retention exception
+    world.issues[secret]["fields"]["security"] = {"id": "10200", "name": "Responders", "description": "r"}
+    reporter = world.issues[secret]["fields"]["reporter"]
+    hannah, bob, carol = (user(n) for n in ("Hannah Schmitt", "Bob Stone", "Carol Diaz"))
+    assert hannah and bob and carol and reporter
+    world.level_holders["10200"] = [
+        {"type": "user", "parameter": hannah["accountId"], "user": hannah},
+        {"type": "group", "parameter": "sre-oncall", "group": {"name": "sre-oncall"}},
+        {"type": "projectRole", "parameter": "10002"},
+        {"type": "reporter"},
+        {"type": "anyone"},  # names no list of people: admits nobody
+    ]
+    world.groups["sre-oncall"] = [bob]
+    # A role's user actors come with an account id only; Carol's address is known from the group.
+    world.roles[("INT", "10002")] = [
+        {"id": 1, "type": "atlassian-user-role-actor", "displayName": "Carol Diaz",
+         "actorUser": {"accountId": carol["accountId"]}},
+        {"id": 2, "type": "atlassian-group-role-actor", "name": "incident-leads",
+         "actorGroup": {"name": "incident-leads", "displayName": "incident-leads"}},
+    ]  # fmt: skip
+    world.groups["incident-leads"] = [carol]
+    source_id = _source(acme, jira)
+    run = source_ingest(tenant_id=acme.tenant.pk, source_id=source_id)
+    assert run.status == IngestionRun.Status.PARTIAL, run.error
+    assert [s["item"] for s in run.skipped_items] == ["security level Responders"]
+    assert "'anyone'" in run.skipped_items[0]["reason"]
+    row = _rows(acme.tenant.pk, source_id)[secret]
+    assert row.principals == sorted(
+        ["group:incident-leads", "group:sre-oncall", f"jira:{carol['accountId']}", f"jira:{hannah['accountId']}",
+         f"jira:{reporter['accountId']}"]
+    )  # fmt: skip
+
+    query = "log retention exception Northstar Bank payload logging"
+    readers = {
+        "hannah": _member(acme, "hannah", hannah["emailAddress"]),  # named as a user
+        "bob": _member(acme, "bob", bob["emailAddress"]),  # in a group the level names
+        "carol": _member(acme, "carol", carol["emailAddress"]),  # in the project role
+        "reporter": _member(acme, "rep", reporter["emailAddress"]),  # the issue's reporter
+    }
+    outsiders = {
+        "dave": _member(acme, "dave", "dave@erb.example"),
+        "claims hannah's address unverified": _unverified(acme, "mallory", hannah["emailAddress"]),
+    }
+
+    def sees(person) -> bool:
+        return secret in [h.title.split(":")[0] for h in hybrid_search(query, scope_for_user(person)).hits]
+
+    assert {name: sees(p) for name, p in readers.items()} == dict.fromkeys(readers, True)
+    assert {name: sees(p) for name, p in outsiders.items()} == dict.fromkeys(outsiders, False)
+
+    # Bob leaves the group: the next full run takes his access away.
+    world.groups["sre-oncall"] = []
+    source_update_config(tenant_id=acme.tenant.pk, source_id=source_id, config=_config(jira, incremental=False))
+    source_ingest(tenant_id=acme.tenant.pk, source_id=source_id)
+    assert not sees(readers["bob"]) and sees(readers["hannah"])
+
+    # A credential Jira will not show level members to: the issue closes, and the run says why.
+    world.admin = False
+    run = source_ingest(tenant_id=acme.tenant.pk, source_id=source_id)
+    assert "Administer Jira" in run.skipped_items[0]["reason"]
+    assert _rows(acme.tenant.pk, source_id)[secret].principals == ["jira-security-level:Responders"]
+    assert not any(sees(p) for p in readers.values())
 
 
 def _csv_export(world: JiraWorld, path: Path) -> None:

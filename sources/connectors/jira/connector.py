@@ -22,7 +22,9 @@ environment, then each comment as ``Name (YYYY-MM-DD HH:MM): text`` in time orde
 shows the address, else the display name: ``who_knows`` credits both in full), ``labels``,
 ``components``, ``commenters`` (other people, first appearance order; half credit),
 ``security_level``, ``created``, ``updated``. ``url`` = ``{base_url}/browse/KEY``. An issue with
-a security level is readable only by ``security_principals[level]`` (else by nobody).
+a security level is readable by ``security_principals[level]`` when the source lists the level,
+else (REST) by the level's members as Jira states them (``sources.connectors.jira.security``),
+else by nobody.
 
 Incremental runs: the ingestion service hands :meth:`JiraConnector.resume_from` the newest stored
 ``updated_at``; issues are listed oldest update first, so a run that stops half-way stored a
@@ -45,6 +47,7 @@ from sources.connectors.atlassian.client import AtlassianClient
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
 from sources.connectors.files import FileRefused, FileTooLarge, iter_lines_bounded, open_regular
 from sources.connectors.jira.config import JiraConfig
+from sources.connectors.jira.security import SecurityLevels, user_principal
 
 FIELDS = (
     "summary", "description", "environment", "status", "priority", "assignee", "reporter", "labels",
@@ -86,6 +89,9 @@ class Issue:
     labels: list[str] = field(default_factory=list)
     components: list[str] = field(default_factory=list)
     security_level: str = ""
+    security_level_id: str = ""
+    reporter_principal: str = ""
+    assignee_principal: str = ""
     created: datetime | None = None
     updated: datetime | None = None
     comments: list[Comment] = field(default_factory=list)
@@ -102,6 +108,7 @@ class JiraConnector(Connector):
         super().__init__(config, include=include, exclude=exclude)
         self._client: AtlassianClient | None = None
         self.since: datetime | None = None
+        self._levels: SecurityLevels | None = None
 
     @property
     def client(self) -> AtlassianClient:
@@ -138,6 +145,8 @@ class JiraConnector(Connector):
         """Yield one ``ticket`` row per issue. Raises ``ConnectorError`` when the site or file cannot
         be read (bad token, unknown project, rate limit beyond the allowed wait, missing file)."""
         issues = self._csv_issues(report) if self.config.path else self._api_issues(report)
+        if not self.config.path:
+            self._levels = SecurityLevels(self.client, f"/rest/api/{self.config.api_version}", self.directory, report)
         seen: set[str] = set()
         for label, issue in issues:
             if isinstance(issue, MalformedIssue):
@@ -150,6 +159,8 @@ class JiraConnector(Connector):
             seen.add(issue.id)
             report.advance()
             yield self._row(issue)
+        if self._levels is not None:
+            self._levels.read_groups()
 
     # -- REST -----------------------------------------------------------------------------------
 
@@ -188,19 +199,6 @@ class JiraConnector(Connector):
             if not items or (isinstance(total, int) and start >= total):
                 return
 
-    def _record_person(self, user: Any) -> None:
-        """Put a Jira user object in ``self.directory``: ``email:<address>`` when Jira shows the
-        address, else ``jira:<accountId or name>`` (listed, but linked to nobody)."""
-        if not isinstance(user, dict):
-            return
-        email = str(user.get("emailAddress") or "").strip()
-        ident = str(user.get("accountId") or user.get("name") or "").strip()
-        name = str(user.get("displayName") or "").strip()
-        if email:
-            self.directory.person(f"email:{email.lower()}", email=email, name=name)
-        elif ident:
-            self.directory.person(f"jira:{ident}", name=name)
-
     def _api_issue(self, item: Any, api: str) -> Issue:
         if not isinstance(item, dict):
             raise MalformedIssue("not a JSON object")
@@ -216,8 +214,6 @@ class JiraConnector(Connector):
         for name in ("labels", "components"):
             if fields.get(name) is not None and not isinstance(fields.get(name), list):
                 raise MalformedIssue(f"'fields.{name}' is not a list")
-        for user in (fields.get("assignee"), fields.get("reporter")):
-            self._record_person(user)
         issue = Issue(
             id=str(item.get("id") or key),
             key=key.strip(),
@@ -234,6 +230,9 @@ class JiraConnector(Connector):
             labels=[str(v) for v in fields.get("labels") or [] if v],
             components=[_name(c) for c in fields.get("components") or [] if _name(c)],
             security_level=_security_level(fields.get("security")),
+            security_level_id=_security_level_id(fields.get("security")),
+            reporter_principal=user_principal(fields.get("reporter"), self.directory),
+            assignee_principal=user_principal(fields.get("assignee"), self.directory),
             created=parse_time(fields.get("created")),
             updated=parse_time(fields.get("updated")),
         )
@@ -371,9 +370,16 @@ class JiraConnector(Connector):
         }
         principals: list[str] = []
         if issue.security_level:
-            principals = list(self.config.security_principals.get(issue.security_level) or []) or [
-                f"jira-security-level:{issue.security_level}"
-            ]
+            principals = list(self.config.security_principals.get(issue.security_level) or [])
+            if not principals and self._levels is not None and issue.security_level_id:
+                principals = self._levels.principals(
+                    level_id=issue.security_level_id,
+                    level_name=issue.security_level,
+                    project=issue.project or issue.key.rsplit("-", 1)[0],
+                    reporter=issue.reporter_principal,
+                    assignee=issue.assignee_principal,
+                )
+            principals = principals or [f"jira-security-level:{issue.security_level}"]  # nobody holds it
         return DocumentRow(
             external_id=issue.id,
             kind="ticket",
@@ -505,6 +511,12 @@ def _security_level(value: Any) -> str:
         return name
     ident = value.get("id") if isinstance(value, dict) else value
     return f"id:{ident}" if isinstance(ident, (str, int)) and str(ident).strip() else "unnamed"
+
+
+def _security_level_id(value: Any) -> str:
+    """The issue's security level id (``fields.security.id``); ``""`` when there is none."""
+    ident = value.get("id") if isinstance(value, dict) else None
+    return str(ident).strip() if isinstance(ident, (str, int)) else ""
 
 
 def _shown_name(author: str) -> str:

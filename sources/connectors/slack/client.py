@@ -187,6 +187,21 @@ class SlackClient:
                 return None
             raise
 
+    def user_groups(self) -> list[dict[str, Any]] | None:
+        """``usergroups.list`` with ``include_users``: the workspace's user groups (``id``,
+        ``handle``, ``name``, ``users``, ``date_delete``). ``None`` when the token may not read
+        them (``missing_scope``: it lacks ``usergroups:read``; ``not_allowed_token_type``; a plan
+        without user groups, ``paid_teams_only``): no group is then known, so nobody is in one."""
+        try:
+            data = self._call("usergroups_list", include_users=True)
+        except SlackRateLimited:
+            raise
+        except SlackError as exc:
+            if exc.error in ("missing_scope", "not_allowed_token_type", "paid_teams_only", "no_permission"):
+                return None
+            raise
+        return [g for g in data.get("usergroups") or [] if isinstance(g, dict)]
+
     def user_name(self, user_id: str) -> str | None:
         """The user's real name (else display name, else handle) from ``users.info``, cached.
 

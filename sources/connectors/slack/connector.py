@@ -7,7 +7,8 @@ thread (``<channel_id>:<thread_ts>``), other messages grouped into ``conversatio
 (``<channel_id>:conv:<first_ts>``), and ``burst`` rows inside either (``sources.distill``); a
 thread's embedded text is its distillation. A private channel (``conversations.info``
 ``is_private``) gives its rows the principals ``slack:<user id>`` of its members
-(``conversations.members``).
+(``conversations.members``). The workspace's user groups (``usergroups.list``, with the
+``usergroups:read`` scope) are stored with their members as ``slack-group:<id>``.
 
 Live updates (:meth:`SlackConnector.refresh_thread`) re-fetch one whole thread and, when a
 message is or becomes a loose one, the conversations around it; the ingestion service writes
@@ -137,14 +138,33 @@ class SlackConnector(Connector):
                 mark_bots=True,
                 distiller=self.distiller,
             )
+        self._record_user_groups()
 
     def _record_members(self, channel: SlackChannel) -> None:
         """Put a private channel's members in ``self.directory`` as ``slack:<id>`` with the name
         and email ``users.info`` gives (cached), so the people its rows name can be linked to
         portal users. Public channels' rows name nobody, so their members are not looked up."""
-        for member in channel.members:
+        self._record_people(channel.members)
+
+    def _record_people(self, user_ids: list[str]) -> None:
+        for member in user_ids:
             name, email = self.client.user_profile(member)
             self.directory.person(f"slack:{member}", email=email, name=name or "")
+
+    def _record_user_groups(self) -> None:
+        """Put the workspace's user groups in ``self.directory`` as ``slack-group:<id>`` (named by
+        their handle) with their members ``slack:<user id>``, and the members as people, so a row
+        of any source restricted to a Slack user group reaches its members once they are linked.
+        A disabled group (``date_delete`` set) is left out; a token that may not list groups
+        leaves every group out (nobody is taken to be in one)."""
+        for group in self.client.user_groups() or []:
+            ident = str(group.get("id") or "").strip()
+            if not ident or group.get("date_delete"):
+                continue
+            members = [str(u).strip() for u in group.get("users") or [] if str(u).strip()]
+            self._record_people(members)
+            name = str(group.get("handle") or group.get("name") or ident)
+            self.directory.group(f"slack-group:{ident}", name=name, members=[f"slack:{m}" for m in members])
 
     def _backfill_messages(self, channel: SlackChannel, report: IngestReport) -> list[SlackMessage]:
         renderer = self._renderer()
