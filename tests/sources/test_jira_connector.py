@@ -24,9 +24,10 @@ from projects.services import membership_create, profile_set_default_project
 from search.retrieval import hybrid_search
 from search.tools.people import person_key, who_knows
 from sources.connectors.base import ConnectorError
+from sources.connectors.jira.security import level_principal, user_principal
 from sources.connectors.registry import build_connector
 from sources.embeddings import get_embedder
-from sources.models import Document, IngestionRun
+from sources.models import Document, ExternalGroup, IngestionRun
 from sources.selectors import scope_for_operator, scope_for_user
 from sources.services import source_create, source_ingest, source_update_config
 from tests.sources.jira_server import EMAIL, TOKEN, FakeJira, JiraWorld, user, world_from_documents
@@ -279,7 +280,10 @@ def test_security_level_restricts_an_issue_to_its_principals(acme, make_tenant, 
     rows = _rows(acme.tenant.pk, source_id)
     assert rows[secret].principals == ["email:hannah.schmitt@erb.example"]
     assert rows[secret].metadata["security_level"] == "Security team"
-    assert rows[unmapped].principals == ["jira-security-level:Finance"]  # nobody holds it: closed
+    # Not listed, and Jira names nobody at the level: a level principal nobody holds, closed.
+    assert rows[unmapped].principals == [level_principal(jira.base_url, "10101")]
+    with tenant_context(acme.tenant.pk):
+        assert ExternalGroup.objects.get(source_id=source_id, principal=rows[unmapped].principals[0]).members == []
 
     query = "log retention exception Northstar Bank payload logging"
     hannah = _member(acme, "hannah", "hannah.schmitt@erb.example")
@@ -330,11 +334,13 @@ def test_security_level_members_read_from_jira_reach_exactly_those_people(acme, 
     assert run.status == IngestionRun.Status.PARTIAL, run.error
     assert [s["item"] for s in run.skipped_items] == ["security level Responders"]
     assert "'anyone'" in run.skipped_items[0]["reason"]
+    # One principal for the level (per project: it names a project role), one for the reporter.
+    level = level_principal(jira.base_url, "10200", "INT")
     row = _rows(acme.tenant.pk, source_id)[secret]
-    assert row.principals == sorted(
-        ["group:incident-leads", "group:sre-oncall", f"jira:{carol['accountId']}", f"jira:{hannah['accountId']}",
-         f"jira:{reporter['accountId']}"]
-    )  # fmt: skip
+    assert row.principals == sorted([level, f"jira:{reporter['accountId']}"])
+    with tenant_context(acme.tenant.pk):
+        stored = ExternalGroup.objects.get(source_id=source_id, principal=level).members
+    assert sorted(stored) == sorted(f"jira:{u['accountId']}" for u in (hannah, bob, carol))
 
     query = "log retention exception Northstar Bank payload logging"
     readers = {
@@ -354,17 +360,25 @@ def test_security_level_members_read_from_jira_reach_exactly_those_people(acme, 
     assert {name: sees(p) for name, p in readers.items()} == dict.fromkeys(readers, True)
     assert {name: sees(p) for name, p in outsiders.items()} == dict.fromkeys(outsiders, False)
 
-    # Bob leaves the group: the next full run takes his access away.
+    # Bob leaves the group: the next run, an incremental one that re-reads no issue, takes his
+    # access away; so does Hannah's removal from the level.
     world.groups["sre-oncall"] = []
-    source_update_config(tenant_id=acme.tenant.pk, source_id=source_id, config=_config(jira, incremental=False))
+    run = source_ingest(tenant_id=acme.tenant.pk, source_id=source_id)
+    assert run.created == run.updated == 0  # no issue changed
+    assert not sees(readers["bob"]) and sees(readers["hannah"]) and sees(readers["carol"])
+    world.level_holders["10200"] = world.level_holders["10200"][1:]
     source_ingest(tenant_id=acme.tenant.pk, source_id=source_id)
-    assert not sees(readers["bob"]) and sees(readers["hannah"])
+    assert not sees(readers["hannah"]) and sees(readers["carol"])
 
     # A credential Jira will not show level members to: the issue closes, and the run says why.
     world.admin = False
     run = source_ingest(tenant_id=acme.tenant.pk, source_id=source_id)
     assert "Administer Jira" in run.skipped_items[0]["reason"]
-    assert _rows(acme.tenant.pk, source_id)[secret].principals == ["jira-security-level:Responders"]
+    assert not any(sees(p) for p in readers.values() if p is not readers["reporter"])
+    # ... and a full run stores it as a level with nobody in it (the reporter is named per issue).
+    source_update_config(tenant_id=acme.tenant.pk, source_id=source_id, config=_config(jira, incremental=False))
+    source_ingest(tenant_id=acme.tenant.pk, source_id=source_id)
+    assert _rows(acme.tenant.pk, source_id)[secret].principals == [level_principal(jira.base_url, "10200")]
     assert not any(sees(p) for p in readers.values())
 
 
@@ -426,3 +440,16 @@ def test_csv_export_is_read_as_the_same_tickets(acme, world, tmp_path):
     )
     failed = source_ingest(tenant_id=acme.tenant.pk, source_id=missing.pk)
     assert failed.status == IngestionRun.Status.FAILED and "x.csv does not exist" in failed.error
+
+
+def test_a_look_alike_address_never_folds_into_another_persons_principal():
+    # U+212A KELVIN SIGN lower-cases to "k" in Python; addresses fold ASCII letters only.
+    from sources.connectors.base import Directory
+    from sources.connectors.confluence.rows import user_principal as confluence_principal
+
+    directory = Directory()
+    assert user_principal({"emailAddress": "\u212aim@Corp.test"}, directory) == "email:\u212aim@corp.test"
+    assert user_principal({"accountId": "a1", "emailAddress": "\u212aim@corp.test"}, directory) == "jira:a1"
+    assert "email:kim@corp.test" not in directory.people
+    assert directory.people["jira:a1"].email == "\u212aim@corp.test"
+    assert confluence_principal({"email": "\u212aIM@corp.test"}) == "email:\u212aim@corp.test"

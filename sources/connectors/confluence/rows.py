@@ -21,6 +21,7 @@ from typing import Any
 
 from bs4 import BeautifulSoup
 
+from kbportal.emails import email_key
 from sources.connectors.base import DocumentRow
 from sources.connectors.docs.connector import (
     assign_heading_paths,
@@ -74,7 +75,7 @@ def user_principal(user: Any) -> str | None:
     (kbportal users match verified addresses), else ``confluence:<accountId or username>``."""
     if not isinstance(user, dict):
         return None
-    email = str(user.get("email") or "").strip().lower()
+    email = email_key(str(user.get("email") or ""))
     if email:
         return f"email:{email}"
     ident = user.get("accountId") or user.get("username") or user.get("userKey")

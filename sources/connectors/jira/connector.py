@@ -47,7 +47,7 @@ from sources.connectors.atlassian.client import AtlassianClient
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
 from sources.connectors.files import FileRefused, FileTooLarge, iter_lines_bounded, open_regular
 from sources.connectors.jira.config import JiraConfig
-from sources.connectors.jira.security import SecurityLevels, user_principal
+from sources.connectors.jira.security import LEVEL_PREFIX, SecurityLevels, user_principal
 
 FIELDS = (
     "summary", "description", "environment", "status", "priority", "assignee", "reporter", "labels",
@@ -109,12 +109,26 @@ class JiraConnector(Connector):
         self._client: AtlassianClient | None = None
         self.since: datetime | None = None
         self._levels: SecurityLevels | None = None
+        self._stored_levels: set[str] = set()
 
     @property
     def client(self) -> AtlassianClient:
         if self._client is None:
             self._client = AtlassianClient.from_config(self.config, product="Jira")
         return self._client
+
+    def bind_source(self, *, tenant_id: int, source_id: int) -> None:
+        """Note the security levels the source stored before (their group principals), which an
+        incremental run reads again (``sources.connectors.jira.security``)."""
+        from kbportal.tenancy import tenant_context
+        from sources.models import ExternalGroup
+
+        with tenant_context(tenant_id):
+            self._stored_levels = set(
+                ExternalGroup.objects.filter(source_id=source_id, principal__startswith=LEVEL_PREFIX).values_list(
+                    "principal", flat=True
+                )
+            )
 
     def resume_from(self, cursor: datetime | None) -> bool:
         """Take the source's cursor (newest stored ``updated_at``; ``None`` when it has no rows).
@@ -146,7 +160,8 @@ class JiraConnector(Connector):
         be read (bad token, unknown project, rate limit beyond the allowed wait, missing file)."""
         issues = self._csv_issues(report) if self.config.path else self._api_issues(report)
         if not self.config.path:
-            self._levels = SecurityLevels(self.client, f"/rest/api/{self.config.api_version}", self.directory, report)
+            api = f"/rest/api/{self.config.api_version}"
+            self._levels = SecurityLevels(self.client, api, self.config.base_url or "", self.directory, report)
         seen: set[str] = set()
         for label, issue in issues:
             if isinstance(issue, MalformedIssue):
@@ -160,7 +175,9 @@ class JiraConnector(Connector):
             report.advance()
             yield self._row(issue)
         if self._levels is not None:
-            self._levels.read_groups()
+            # An incremental run re-reads the levels stored before too: their members may have
+            # changed although no issue did. A full run sees every issue, so every level in use.
+            self._levels.finish(self._stored_levels if self.since is not None else set())
 
     # -- REST -----------------------------------------------------------------------------------
 

@@ -9,26 +9,36 @@ Jira's REST API (v2 and v3 alike) exposes a level's members as permission holder
   (``atlassian-user-role-actor`` with ``actorUser.accountId``, ``atlassian-group-role-actor``
   with ``actorGroup.name``) in the issue's project;
 - ``GET {api}/group/member?groupname=<name>`` (paged, ``values``/``isLast``) for each group a
-  level or role names, so ``group:<name>`` is stored with its members
-  (``sources.models.ExternalGroup``).
+  level or one of its roles names.
 
-Holders become ``Document.principals``: a user ``jira:<accountId>`` (Server: its ``name``), a
-group ``group:<name>`` (the principal Confluence uses for the same site's groups), ``reporter``
-and ``assignee`` the issue's own. The identity ``jira:<accountId>`` is stored with the email
+An issue at a level carries one principal for the level, ``jira-level:<site host>/<level id>``
+(one Jira site's level 10200 is not another's), plus its own reporter or assignee when the
+level names them. The level is stored as a group (``sources.models.ExternalGroup``) whose
+members are the people it admits, flattened: its users, the members of its groups, the users
+and group members of its project roles (roles are per project, so a level whose role differs
+between projects gets one group per project: ``.../<level id>@<project>``). A user is
+``jira:<accountId>`` (Server: its ``key``, else ``name``), stored as an identity with the email
 Jira shows for it, so a portal user with that verified address holds it.
+
+Every run, incremental ones included, reads every level this run's issues name and every level
+the source stored before, and replaces their member lists: removal from a level, a group or a
+role takes effect at the next sync although no issue changed.
 
 Fail closed: a holder type that names no list of people (``anyone``, ``applicationRole``,
 ``projectLead``, custom-field holders) admits nobody; a level, role or group Jira will not
-show (HTTP 400/403/404: the credential lacks the permission) admits nobody through it, and
-each is recorded once as a skip with the reason. A level listed in the source's
-``security_principals`` is taken from there, unread.
+show (HTTP 400/403/404: the credential lacks the permission) admits nobody through it, each
+recorded once as a skip with the reason. A level listed in the source's ``security_principals``
+is taken from there, unread. Paging that does not advance, or runs past ``MAX_PAGES``, fails
+the run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
+from kbportal.emails import email_key
 from sources.connectors.atlassian.client import AtlassianClient, AtlassianError
 from sources.connectors.base import Directory, IngestReport
 
@@ -36,6 +46,8 @@ from sources.connectors.base import Directory, IngestReport
 # holder admits nobody. Anything else (401, 5xx, rate limits) fails the run as any REST error.
 _NOT_SHOWN = (400, 403, 404)
 _PAGE = 50
+MAX_PAGES = 2000  # 100,000 holders or group members: an answer that pages on past this is refused
+LEVEL_PREFIX = "jira-level:"
 
 
 def _object(value: Any) -> dict[str, Any]:
@@ -43,100 +55,113 @@ def _object(value: Any) -> dict[str, Any]:
 
 
 def user_principal(user: Any, directory: Directory) -> str:
-    """The principal of a Jira user object (``jira:<accountId>``, Server's ``jira:<name>``, or
-    ``email:<address>`` when it has only an address); ``""`` for none. Records the person in
-    ``directory`` under that principal, with the email Jira shows (so a verified address links
-    it), and under ``email:<address>`` too when there is one."""
+    """The principal of a Jira user object (``jira:<accountId>``, Server's ``jira:<key>`` or
+    ``jira:<name>``, or ``email:<address>`` when it has only an address); ``""`` for none.
+    Records the person in ``directory`` under that principal, with the email Jira shows (so a
+    verified address links it), and under ``email:<address>`` too when there is one. Addresses
+    are compared as ``kbportal.emails.email_key`` folds them (ASCII case only)."""
     if not isinstance(user, dict):
         return ""
-    email = str(user.get("emailAddress") or "").strip()
-    ident = str(user.get("accountId") or user.get("name") or user.get("key") or "").strip()
+    email = email_key(str(user.get("emailAddress") or ""))
+    ident = str(user.get("accountId") or user.get("key") or user.get("name") or "").strip()
     name = str(user.get("displayName") or "").strip()
     if email:
-        directory.person(f"email:{email.lower()}", email=email, name=name)
+        directory.person(f"email:{email}", email=email, name=name)
     if ident:
         directory.person(f"jira:{ident}", email=email, name=name)
         return f"jira:{ident}"
-    return f"email:{email.lower()}" if email else ""
+    return f"email:{email}" if email else ""
+
+
+def level_principal(base_url: str, level_id: str, project: str = "") -> str:
+    """``jira-level:<host>/<level id>`` (``@<project>`` when its roles make it per project)."""
+    host = (urlsplit(base_url).netloc or base_url).lower()
+    return f"{LEVEL_PREFIX}{host}/{level_id}" + (f"@{project}" if project else "")
 
 
 class SecurityLevels:
     """Reads, once per run and level, who holds each security level (see the module docstring).
 
-    ``api`` is the REST root (``/rest/api/2``); ``report`` receives one skip per level, role or
-    group that could not be read. :meth:`principals` is called per issue; :meth:`read_groups`
-    once at the end of the run.
+    ``api`` is the REST root (``/rest/api/2``), ``base_url`` the site (it names the level
+    principals); ``report`` receives one skip per level, role or group that could not be read.
+    :meth:`principals` is called per issue; :meth:`finish` once at the end of the run, with the
+    level principals the source stored before.
     """
 
-    def __init__(self, client: AtlassianClient, api: str, directory: Directory, report: IngestReport) -> None:
+    def __init__(
+        self, client: AtlassianClient, api: str, base_url: str, directory: Directory, report: IngestReport
+    ) -> None:
         self.client = client
         self.api = api
+        self.base_url = base_url
         self.directory = directory
         self.report = report
-        self._levels: dict[str, list[dict[str, Any]] | None] = {}
+        self._levels: dict[str, tuple[str, list[dict[str, Any]] | None]] = {}  # id -> (name, holders)
         self._roles: dict[tuple[str, str], set[str]] = {}
-        self._groups: set[str] = set()
-        self._noted: set[tuple[str, str]] = set()  # (level, holder type) already recorded as skipped
+        self._groups: dict[str, set[str]] = {}
+        self._stored: dict[str, set[str]] = {}  # level principal -> members, for this run's directory
+        self._noted: set[tuple[str, str]] = set()  # (item, reason kind) already recorded as skipped
 
     def principals(
         self, *, level_id: str, level_name: str, project: str, reporter: str = "", assignee: str = ""
     ) -> list[str]:
-        """Sorted principals of one issue at level ``level_id`` in ``project`` (its key);
-        ``reporter``/``assignee`` are the issue's user principals. Empty when nobody can be
-        named: the caller then closes the issue."""
+        """Sorted principals of one issue at level ``level_id`` in ``project`` (its key):
+        the level's (whose members :meth:`finish` stores) and the issue's ``reporter`` or
+        ``assignee`` principal when the level names that holder."""
         holders = self._level(level_id, level_name)
-        found: set[str] = set()
-        unread: set[str] = set()
-        for holder in holders or []:
-            kind = str(holder.get("type") or "")
-            parameter = str(holder.get("parameter") or holder.get("value") or "").strip()
-            if kind == "user":
-                user = holder.get("user") if isinstance(holder.get("user"), dict) else {"accountId": parameter}
-                found.add(user_principal(user, self.directory))
-            elif kind == "group":
-                group = _object(holder.get("group"))
-                found.add(self._group(str(group.get("name") or parameter)))
-            elif kind == "projectRole" and project and parameter:
-                found |= self._role(project, parameter)
-            elif kind == "reporter":
-                found.add(reporter)
-            elif kind == "assignee":
-                found.add(assignee)
-            else:
-                unread.add(kind or "unknown")
-        key = f"security level {level_name or level_id}"
-        for kind in sorted(unread):
-            if (key, kind) in self._noted:
-                continue
-            self._noted.add((key, kind))
-            self.report.skip(key, f"its holder of type {kind!r} names no list of people; nobody is let in through it")
-        return sorted(p for p in found if p and p != "group:")
+        per_project = any(str(h.get("type")) == "projectRole" for h in holders or [])
+        principal = level_principal(self.base_url, level_id, project if per_project else "")
+        if principal not in self._stored:
+            self._stored[principal] = self._members(holders or [], project, level_name or level_id)
+        found = {principal}
+        kinds = {str(h.get("type") or "") for h in holders or []}
+        if "reporter" in kinds and reporter:
+            found.add(reporter)
+        if "assignee" in kinds and assignee:
+            found.add(assignee)
+        return sorted(found)
 
-    def read_groups(self) -> None:
-        """Read the members of every group a level or role named into ``directory``. A group
-        Jira will not show is kept with no members and recorded as a skip."""
-        for name in sorted(self._groups):
-            principal = f"group:{name}"
-            members: set[str] = set()
-            try:
-                for user in self._paged(f"{self.api}/group/member", {"groupname": name}):
-                    members.add(user_principal(user, self.directory))
-            except AtlassianError as exc:
-                if exc.status not in _NOT_SHOWN:
-                    raise
-                self.directory.group(principal, name=name)
-                self.directory.groups[principal].members.clear()
-                self.report.skip(
-                    principal, f"its members could not be read (HTTP {exc.status}); nobody is taken to be in it"
-                )
-                continue
-            self.directory.group(principal, name=name, members=members - {""})
+    def finish(self, stored_before: set[str]) -> None:
+        """Put every level group of this run in ``directory``, after reading again the levels
+        the source stored before (``stored_before``: their principals) that no issue of this run
+        named, so each run replaces every level's member list."""
+        mine = level_principal(self.base_url, "")
+        for principal in sorted(stored_before - set(self._stored)):
+            if not principal.startswith(mine):
+                continue  # another site's (the source's base_url changed): dropped on a full run
+            level_id, _, project = principal[len(mine) :].partition("@")
+            holders = self._level(level_id, "")
+            self._stored[principal] = self._members(holders or [], project, level_id)
+        for principal, members in self._stored.items():
+            level_id = principal[len(mine) :].partition("@")[0]
+            name = self._levels.get(level_id, ("", None))[0] or level_id
+            self.directory.group(principal, name=f"Jira security level {name}")
+            self.directory.groups[principal].members = set(members)
 
     # -- reads ---------------------------------------------------------------------------------
 
+    def _members(self, holders: list[dict[str, Any]], project: str, label: str) -> set[str]:
+        """The people ``holders`` admit in ``project``, flattened (groups and roles read)."""
+        people: set[str] = set()
+        for holder in holders:
+            kind = str(holder.get("type") or "")
+            parameter = str(holder.get("parameter") or holder.get("value") or "").strip()
+            if kind == "user":
+                people.add(user_principal(_object(holder.get("user")) or {"accountId": parameter}, self.directory))
+            elif kind == "group":
+                people |= self._group(str(_object(holder.get("group")).get("name") or parameter))
+            elif kind == "projectRole" and project and parameter:
+                people |= self._role(project, parameter)
+            elif kind not in ("reporter", "assignee"):  # those are per issue (principals)
+                self._skip(
+                    f"security level {label}",
+                    f"its holder of type {kind or 'unknown'!r} names no list of people; nobody is let in through it",
+                )
+        return people - {""}
+
     def _level(self, level_id: str, level_name: str) -> list[dict[str, Any]] | None:
         if level_id in self._levels:
-            return self._levels[level_id]
+            return self._levels[level_id][1]
         holders: list[dict[str, Any]] | None = []
         try:
             params = {"levelId": level_id, "expand": "user,group,projectRole"}
@@ -149,12 +174,12 @@ class SecurityLevels:
             if exc.status not in _NOT_SHOWN:
                 raise
             holders = None
-            self.report.skip(
+            self._skip(
                 f"security level {level_name or level_id}",
                 f"its members could not be read (HTTP {exc.status}; Jira shows them to the Administer Jira "
                 "permission); its issues stay closed to everyone unless security_principals lists the level",
             )
-        self._levels[level_id] = holders
+        self._levels[level_id] = (level_name, holders)
         return holders
 
     def _role(self, project: str, role_id: str) -> set[str]:
@@ -168,7 +193,7 @@ class SecurityLevels:
             if exc.status not in _NOT_SHOWN:
                 raise
             role = None
-            self.report.skip(
+            self._skip(
                 f"project role {role_id} of {project}",
                 f"its members could not be read (HTTP {exc.status}); nobody is let in through it",
             )
@@ -181,21 +206,37 @@ class SecurityLevels:
                 user = _object(actor.get("actorUser")) or {"name": actor.get("name")}
                 people.add(user_principal({**user, "displayName": actor.get("displayName")}, self.directory))
             elif kind == "atlassian-group-role-actor":
-                group = _object(actor.get("actorGroup"))
-                people.add(self._group(str(group.get("name") or actor.get("name") or "")))
-        self._roles[key] = people - {"", "group:"}
+                people |= self._group(str(_object(actor.get("actorGroup")).get("name") or actor.get("name") or ""))
+        self._roles[key] = people - {""}
         return self._roles[key]
 
-    def _group(self, name: str) -> str:
+    def _group(self, name: str) -> set[str]:
+        """The members of the Jira group ``name`` (empty for a blank name or one Jira will not show)."""
         name = name.strip()
-        if name:
-            self._groups.add(name)
-        return f"group:{name}"
+        if not name:
+            return set()
+        if name in self._groups:
+            return self._groups[name]
+        members: set[str] = set()
+        try:
+            for user in self._paged(f"{self.api}/group/member", {"groupname": name}):
+                members.add(user_principal(user, self.directory))
+        except AtlassianError as exc:
+            if exc.status not in _NOT_SHOWN:
+                raise
+            members = set()
+            self._skip(
+                f"group {name}", f"its members could not be read (HTTP {exc.status}); nobody is let in through it"
+            )
+        self._groups[name] = members - {""}
+        return self._groups[name]
 
     def _paged(self, path: str, params: dict[str, Any]) -> Iterator[Any]:
-        """Every ``values`` item of a paged Jira answer (``startAt`` until ``isLast`` or ``total``)."""
+        """Every ``values`` item of a paged Jira answer (``startAt`` until ``isLast`` or ``total``).
+        Raises ``AtlassianError`` (status 0) on an answer without ``values`` or paging past
+        ``MAX_PAGES``."""
         start = 0
-        while True:
+        for _ in range(MAX_PAGES):
             page = self.client.get_json(path, {**params, "startAt": start, "maxResults": _PAGE})
             values = page.get("values") if isinstance(page, dict) else None
             if not isinstance(values, list):
@@ -205,3 +246,9 @@ class SecurityLevels:
             total = page.get("total")
             if not values or page.get("isLast") is True or (isinstance(total, int) and start >= total):
                 return
+        raise AtlassianError(f"Jira {path}: still paging after {MAX_PAGES} pages; refusing to read on")
+
+    def _skip(self, item: str, reason: str) -> None:
+        if (item, reason) not in self._noted:
+            self._noted.add((item, reason))
+            self.report.skip(item, reason)
