@@ -123,15 +123,23 @@ class DocumentRow:
 
 
 class IngestReport:
-    """Collects what a run skipped, with the reason, for the ``IngestionRun`` row."""
+    """Collects what a run skipped, with the reason, for the ``IngestionRun`` row, and the stored
+    rows it kept unread (``kept``)."""
 
     def __init__(self) -> None:
         self.skipped: list[dict[str, str]] = []
         self.total: int | None = None  # optional: how many units (files, day files) to expect
         self.done: int = 0  # units finished so far, counted by ``advance``
+        self.kept: set[str] = set()  # external ids of stored rows kept, with their children, unread
 
     def skip(self, item: str, reason: str) -> None:
         self.skipped.append({"item": item, "reason": reason})
+
+    def keep(self, external_id: str) -> None:
+        """The stored row ``external_id`` and its children (rows whose ``parent_external_id`` it
+        is) are unchanged: a full run keeps them as if yielded again. For a connector that can
+        tell a unit unchanged before reading it (a file's blob id, its size and hash)."""
+        self.kept.add(external_id)
 
     def advance(self, units: int = 1) -> None:
         """Count finished units (the same unit as ``total``) for the progress bar."""

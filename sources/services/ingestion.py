@@ -266,24 +266,40 @@ def _link_parents(source_id: int) -> None:
         )
 
 
-def _delete_unseen(source_id: int, seen_ids: set[str]) -> int:
-    """Delete the source's rows whose external id the run did not yield; returns the count."""
-    seen = list(seen_ids)
+_UNSEEN = (
+    "source_id = %(source)s AND NOT (external_id = ANY(%(seen)s)) AND NOT (external_id = ANY(%(kept)s))"
+    " AND NOT (parent_external_id = ANY(%(kept)s))"
+)
+
+
+def _delete_unseen(source_id: int, seen_ids: set[str], kept_ids: Iterable[str] = ()) -> int:
+    """Delete the source's rows whose external id the run did not yield, except the rows it
+    kept unread (``IngestReport.keep``: those ids and their children); returns the count."""
+    params: dict[str, Any] = {"source": source_id, "seen": list(seen_ids), "kept": list(kept_ids)}
     with connection.cursor() as cursor:
         # Children that stay must not point at a parent that goes.
         cursor.execute(
-            """
+            f"""
             UPDATE sources_document SET parent_id = NULL
-            WHERE source_id = %s AND parent_id IN (
-                SELECT id FROM sources_document WHERE source_id = %s AND NOT (external_id = ANY(%s))
-            )
+            WHERE source_id = %(source)s AND parent_id IN (SELECT id FROM sources_document WHERE {_UNSEEN})
             """,
-            [source_id, source_id, seen],
+            params,
         )
-        cursor.execute(
-            "DELETE FROM sources_document WHERE source_id = %s AND NOT (external_id = ANY(%s))", [source_id, seen]
-        )
+        cursor.execute(f"DELETE FROM sources_document WHERE {_UNSEEN}", params)
         return cursor.rowcount
+
+
+def _count_kept(source_id: int, kept_ids: set[str]) -> int:
+    """How many stored rows the run kept unread (``IngestReport.keep``)."""
+    if not kept_ids:
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM sources_document WHERE source_id = %s"
+            " AND (external_id = ANY(%s) OR parent_external_id = ANY(%s))",
+            [source_id, list(kept_ids), list(kept_ids)],
+        )
+        return int(cursor.fetchone()[0])
 
 
 def _connector_resume(connector: Connector, *, tenant_id: int, source_id: int) -> bool:
@@ -368,7 +384,10 @@ def _source_ingest(
             # Rows the connector no longer yields. Unchanged rows are not rewritten (that would
             # touch every index, the HNSW one included); the seen ids decide instead.
             # An incremental run yields only what changed: the rows it did not yield stay.
-            run.deleted = 0 if partial else _delete_unseen(source_id, batcher.seen_ids)
+            run.deleted = 0 if partial else _delete_unseen(source_id, batcher.seen_ids, report.kept)
+            kept = _count_kept(source_id, report.kept - batcher.seen_ids)
+            run.seen += kept
+            run.unchanged += kept
             DataSource.objects.filter(pk=source_id).update(generation=generation, last_synced_at=timezone.now())
             source_refresh_term_stats(source_id)
         if report.skipped:

@@ -389,6 +389,56 @@ def test_rerun_embeds_only_what_changed_and_removes_deleted_files(tenant_id, tmp
     assert third.unchanged == third.seen == len(after)
 
 
+def test_an_incremental_run_reads_only_the_files_whose_blob_changed(tenant_id, tmp_path):
+    repo = new_repo(tmp_path / "shop")
+    readme = "# Shop\n\nCarts and taxes.\n"
+    commit(repo, "Initial import", {"shop/app.py": APP_PY, "shop/util.py": UTIL_PY, "README.md": readme})
+    source = make_source(tenant_id, repo)
+    assert ingest(tenant_id, source).status == "succeeded"
+    before = rows(tenant_id, source)
+
+    changed = APP_PY.replace("math.ceil(amount * RATE)", "math.floor(amount * RATE)")
+    commit(repo, "Round taxes down; drop util; add a note",
+           {"shop/app.py": changed, "shop/util.py": None, "NOTES.md": "# Notes\n\nFloor, not ceil.\n"})  # fmt: skip
+
+    # What the connector reads: the changed and the new file, not the unchanged README.
+    connector = build_connector("git", {"path": str(repo)})
+    connector.bind_source(tenant_id=tenant_id, source_id=source.pk)
+    report = IngestReport()
+    yielded = {row.external_id for row in connector.iter_rows(report)}
+    files = {eid for eid in yielded if not eid.startswith("commit:")}
+    assert {eid.split("#")[0] for eid in files} == {"shop/app.py", "NOTES.md"}
+    assert report.kept == {"README.md"} and report.done == report.total == 3
+
+    run = ingest(tenant_id, source)
+    assert run.status == "succeeded", run.error
+    after = rows(tenant_id, source)
+    assert not any(eid.startswith("shop/util.py") for eid in after)  # deleted files still go
+    kept = {eid for eid in before if eid.startswith("README.md")}
+    assert kept and all(after[eid].pk == before[eid].pk for eid in kept)  # kept rows stay as they were
+    assert "NOTES.md" in after and "math.floor" in after["shop/app.py#tax"].content
+    assert run.seen == len(after)  # kept rows count as seen (and unchanged)
+
+    # New links change every file's rows: everything is read again. So does incremental: false.
+    source_update_config(
+        tenant_id=tenant_id,
+        source_id=source.pk,
+        config={"path": str(repo), "url_base": "https://git.example/shop/blob/main"},
+    )
+    connector = build_connector("git", {"path": str(repo), "url_base": "https://git.example/shop/blob/main"})
+    connector.bind_source(tenant_id=tenant_id, source_id=source.pk)
+    report = IngestReport()
+    assert {r.external_id for r in connector.iter_rows(report)} >= {"README.md", "NOTES.md", "shop/app.py"}
+    assert report.kept == set()
+    assert ingest(tenant_id, source).status == "succeeded"
+    assert rows(tenant_id, source)["README.md"].url.startswith("https://git.example/shop/blob/main/README.md")
+    connector = build_connector("git", {"path": str(repo), "incremental": False,
+                                        "url_base": "https://git.example/shop/blob/main"})  # fmt: skip
+    connector.bind_source(tenant_id=tenant_id, source_id=source.pk)
+    report = IngestReport()
+    assert "README.md" in {r.external_id for r in connector.iter_rows(report)} and report.kept == set()
+
+
 def test_url_source_is_cloned_then_fetched(tenant_id, tmp_path, settings):
     settings.KB_WORKDIR = tmp_path / "work"
     origin = new_repo(tmp_path / "origin")

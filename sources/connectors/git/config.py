@@ -22,7 +22,9 @@ class GitConfig(ConnectorConfig):
     kept for older configurations; unused. ``branch`` or
     ``ref`` picks the revision to index (default: ``HEAD``); ``url_base`` is the web prefix of
     links (``{url_base}/{path}#L1-L9``, ``{url_base}/commit/{sha}``); ``max_commits`` caps the
-    commit rows (newest first); ``max_file_bytes`` skips larger files. ``webhook_secret``: the
+    commit rows (newest first); ``max_file_bytes`` skips larger files. ``incremental`` (default
+    on): a file whose blob is the one the source stored (same links, same connector code) is kept
+    unread, so a run reads and parses only the files that changed. ``webhook_secret``: the
     secret of the repository host's push webhook (``POST /hooks/git/<source public id>``,
     signed ``X-Hub-Signature-256``); unset, the webhook refuses every call.
     """
@@ -33,6 +35,7 @@ class GitConfig(ConnectorConfig):
     url_base: str | None = None
     max_commits: int = Field(default=2000, ge=0)
     max_file_bytes: int = Field(default=1_000_000, gt=0)
+    incremental: bool = True
     name: str | None = None
     webhook_secret: SecretStr | None = None
 
