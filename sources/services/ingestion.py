@@ -376,6 +376,8 @@ def _source_ingest(
                     progress(report.done, report.total)
                 else:
                     progress(rows, None)
+        if progress:  # the end, also of units kept unread (no row to report them with)
+            progress(report.done or rows, report.total if report.done else None)
         batcher.flush()
         with tenant_context(tenant_id):
             _link_parents(source_id)

@@ -19,8 +19,8 @@ import pytest
 from kbportal.tenancy import tenant_context
 from sources.connectors.base import IngestReport
 from sources.connectors.docs.connector import DocsConnector
-from sources.models import Document, IngestionRun
-from sources.services import source_create, source_ingest
+from sources.models import DataSource, Document, IngestionRun
+from sources.services import source_create, source_ingest, source_update_config
 
 ROW_FIELDS = (
     "id", "external_id", "kind", "title", "content", "text", "url", "path", "start_line", "end_line",
@@ -184,13 +184,22 @@ def test_cookie_params_sections_match_the_file(tenant_id, shared_dir):
     assert declare["text"].startswith("Cookie Parameters > Declare Cookie parameters\n\nThen declare the cookie")
     assert "## Declare" not in declare["text"]
 
-    # Progress is reported in files: both pages, in order, whatever their row counts.
+    # Progress is reported in files: both pages, in order, whatever their row counts; a run
+    # that keeps both pages unread reports them done.
     calls: list[tuple[int, int | None]] = []
     again = source_ingest(
         tenant_id=tenant_id, source_id=source_id, progress=lambda done, total: calls.append((done, total))
     )
+    assert again.embedded == 0 and again.unchanged == len(rows) and calls == [(2, 2)]
+    with tenant_context(tenant_id):
+        config = DataSource.objects.get(pk=source_id).config
+    source_update_config(tenant_id=tenant_id, source_id=source_id, config={**config, "incremental": False})
+    calls.clear()
+    again = source_ingest(
+        tenant_id=tenant_id, source_id=source_id, progress=lambda done, total: calls.append((done, total))
+    )
     assert again.embedded == 0 and again.unchanged == len(rows)
-    assert len(calls) == len(rows)
+    assert len(calls) == len(rows) + 1  # one per row, and the end
     assert sorted(set(calls)) == [(1, 2), (2, 2)]
 
 
@@ -236,6 +245,49 @@ def test_edited_page_changes_only_its_rows_and_deleted_page_vanishes(tenant_id, 
     assert third.deleted == len(per_page["tutorial/header-params.md"])
     assert not any(r["path"] == "tutorial/header-params.md" for r in remaining.values())
     assert set(remaining) == set(per_page["tutorial/cookie-params.md"]) | set(per_page["tutorial/body.md"])
+
+
+def test_an_incremental_run_parses_only_the_files_whose_bytes_changed(tenant_id, tmp_path):
+    folder = tmp_path / "docs"
+    pages = {
+        "deploy.md": "# Deploying\n\nRun the release job from the main branch.\n",
+        "oncall.md": "# On call\n\nThe rota changes on Mondays at 10:00.\n",
+        "backups.md": "# Backups\n\nNightly snapshots are kept for 35 days.\n",
+    }
+    folder.mkdir()
+    for name, text in pages.items():
+        (folder / name).write_text(text)
+    source_id, first = _ingest(tenant_id, {"path": str(folder)})
+    assert first.status == IngestionRun.Status.SUCCEEDED, first.error
+    before = _rows(tenant_id, source_id)
+
+    (folder / "oncall.md").write_text(pages["oncall.md"].replace("Mondays", "Tuesdays"))
+    (folder / "backups.md").unlink()
+    (folder / "status.md").write_text("# Status page\n\nIncidents are posted at status.example.\n")
+    touched = folder / "deploy.md"  # a newer mtime, the same bytes: still unchanged
+    os.utime(touched, (touched.stat().st_atime, touched.stat().st_mtime + 10))
+
+    connector = DocsConnector({"path": str(folder)})
+    connector.bind_source(tenant_id=tenant_id, source_id=source_id)
+    report = IngestReport()
+    yielded = {row.path for row in connector.iter_rows(report)}
+    assert yielded == {"oncall.md", "status.md"} and report.kept == {"deploy.md"}
+
+    second = source_ingest(tenant_id=tenant_id, source_id=source_id)
+    after = _rows(tenant_id, source_id)
+    assert second.status == IngestionRun.Status.SUCCEEDED
+    assert not any(r["path"] == "backups.md" for r in after.values())
+    deploy = [e for e, r in before.items() if r["path"] == "deploy.md"]
+    assert deploy and all(after[e]["id"] == before[e]["id"] for e in deploy)
+    assert any("Tuesdays" in r["content"] for r in after.values() if r["path"] == "oncall.md")
+    assert second.seen == len(after)
+
+    # Other section settings make other rows: every page is parsed again.
+    connector = DocsConnector({"path": str(folder), "max_section_chars": 500})
+    connector.bind_source(tenant_id=tenant_id, source_id=source_id)
+    report = IngestReport()
+    assert {row.path for row in connector.iter_rows(report)} == {"deploy.md", "oncall.md", "status.md"}
+    assert report.kept == set()
 
 
 def test_missing_folder_fails_naming_it_and_keeps_earlier_rows(tenant_id, shared_dir, tmp_path):

@@ -15,6 +15,9 @@ DEFAULT_GLOBS = ["**/*.md", "**/*.markdown", "**/*.html", "**/*.htm", "**/*.rst"
 class DocsConfig(FileSourceConfig):
     """A folder of Markdown, HTML, reStructuredText or plain-text pages.
 
+    ``incremental`` (default on): a file whose bytes are those the source stored (same settings,
+    same connector code) is kept unparsed.
+
     ``path``: the folder; row paths are relative to it (POSIX separators). ``url_base``: web
     prefix for links (``{url_base}/{relpath}#{anchor}``); empty: links are the relative path.
     ``glob``: which files are pages, matched against the relative path (``**/`` matches zero or
@@ -38,6 +41,7 @@ class DocsConfig(FileSourceConfig):
     # docs folder. Parsing holds the page's block tokens (~100x its size for a file of a million
     # one-line blocks), so this bound is what keeps one page's parse far under 1 GB.
     max_file_bytes: int = Field(default=2_000_000, gt=0)
+    incremental: bool = True
 
     @field_validator("url_base")
     @classmethod

@@ -41,6 +41,11 @@ from sources.connectors.docs.config import DocsConfig
 from sources.connectors.docs.sections import Block, Heading, ParsedPage, RawSection, parse_page, render, slug
 from sources.connectors.files import FileRefused, read_bounded
 
+# What a page's rows are made by: this module and the section parser. A page stored by other code
+# is parsed again, so an upgrade that changes the rows reaches every page.
+CODE_FORMAT = hashlib.sha256(
+    Path(__file__).read_bytes() + (Path(__file__).parent / "sections.py").read_bytes()
+).hexdigest()[:16]
 PAGE_TEXT_CHARS = 1000  # embedded text of a page row: title + the start of the page
 SECTION_TEXT_CHARS = 1500  # embedded text of a section row: heading path + body
 MAX_EXTERNAL_ID = 480  # the column holds 512; longer ids are cut and suffixed with a hash
@@ -262,6 +267,28 @@ class DocsConnector(Connector):
     kind: ClassVar[str] = "docs"
     config_model: ClassVar[type[DocsConfig]] = DocsConfig
     config: DocsConfig
+    stored: dict[str, tuple[str, str]] = {}  # page external id -> (file sha-256, row format), from bind_source
+
+    @property
+    def row_format(self) -> str:
+        """The code and the settings a page's rows depend on, as one short hash."""
+        c = self.config
+        settings = f"{CODE_FORMAT}\0{c.url_base}\0{c.text_format}\0{c.min_section_chars}\0{c.max_section_chars}"
+        return hashlib.sha256(settings.encode()).hexdigest()[:16]
+
+    def bind_source(self, *, tenant_id: int, source_id: int) -> None:
+        """Note each stored page's file hash and row format, so an incremental run keeps
+        unchanged files unparsed (``IngestReport.keep``)."""
+        if not self.config.incremental:
+            return
+        from kbportal.tenancy import tenant_context
+        from sources.models import Document
+
+        with tenant_context(tenant_id):
+            found = Document.objects.filter(source_id=source_id, kind="doc_page").values_list(
+                "external_id", "metadata__file_sha256", "metadata__row_format"
+            )
+            self.stored = {eid: (str(sha or ""), str(fmt or "")) for eid, sha, fmt in found}
 
     def iter_rows(self, report: IngestReport) -> Iterator[DocumentRow]:
         """Yield a page row then its section rows, file by file in path order.
@@ -313,6 +340,10 @@ class DocsConnector(Connector):
         except OSError as exc:
             report.skip(relpath, f"cannot read: {exc.strerror or exc}")
             return []
+        digest = hashlib.sha256(data).hexdigest()
+        if self.stored and self.stored.get(relpath) == (digest, self.row_format):
+            report.keep(relpath)  # the same bytes make the same rows: kept unparsed
+            return []
         # PostgreSQL text cannot hold NUL, and a NUL means the file is not a text page anyway.
         if b"\x00" in data:
             report.skip(relpath, "binary file (contains NUL bytes)")
@@ -325,7 +356,9 @@ class DocsConnector(Connector):
         text = text.replace("\r\n", "\n").replace("\r", "\n")
         fmt = _FORMATS.get(PurePosixPath(relpath).suffix.lower(), self.config.text_format)
         page = parse_page(fmt, text)
-        return self._rows(page, relpath, mtime, line_count=len(text.rstrip("\n").split("\n")))
+        rows = self._rows(page, relpath, mtime, line_count=len(text.rstrip("\n").split("\n")))
+        rows[0].metadata.update(file_sha256=digest, row_format=self.row_format)
+        return rows
 
     def _url(self, relpath: str, anchor: str = "") -> str:
         base = f"{self.config.url_base}/{relpath}" if self.config.url_base else relpath
