@@ -239,10 +239,12 @@ def manage_people(request: HttpRequest) -> HttpResponse:
                         project_id=int(form.cleaned_data["project"]) if form.cleaned_data["project"] else None,
                     )  # fmt: skip
                     link = request.build_absolute_uri(reverse("projects:invitation", args=[tenant.slug, token]))
+                    into = dict(project_choices).get(form.cleaned_data["project"] or "", "")
+                    into = f", in the project {into}," if into else ""
                     try:
                         send_mail(
                             f"You are invited to {tenant.name} on kbportal",
-                            f"{request.user.get_username()} invited you to join {tenant.name} as "
+                            f"{request.user.get_username()} invited you to join {tenant.name}{into} as "
                             f"{invitation.role}.\n\nOpen this link within {INVITATION_DAYS} days to join:\n{link}\n",
                             None, [invitation.email], fail_silently=False,
                         )  # fmt: skip

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from kbportal.tenancy import tenant_context
 from projects.models import Membership, Project, ProjectMember, Tenant
-from projects.selectors import form_int, user_is_tenant_admin, user_tenant_id
+from projects.selectors import form_int, project_default_for_user, user_is_tenant_admin, user_tenant_id
 from projects.services import project_create, project_member_add, project_member_remove, project_set_visibility
 from sources.connectors.base import ConnectorError
 from sources.connectors.registry import connector_kinds, get_connector_class
@@ -195,19 +195,26 @@ def _source_page(
     model = get_connector_class(kind).config_model
     config_form_cls = config_form_class(kind, model)
     file_based = "path" in model.model_fields
-    with tenant_context(tenant_id):
+    with tenant_context(tenant_id, user_id=request.user.pk):
         projects = [(str(p.pk), p.name) for p in Project.objects.order_by("name")]
+        default = project_default_for_user(user_id=request.user.pk)
     posted = request.method == "POST"
+    # A new source starts in the admin's default project (else the only one there is).
+    preselected = (
+        [str(default.pk)] if default is not None else [p for p, _ in projects][:1] if len(projects) == 1 else []
+    )
     initial = (
         {"name": source.name, "projects": attached or [], "sync_interval_minutes": source.sync_interval_minutes,
          "enabled": source.enabled}
         if source is not None
-        else {"projects": [projects[0][0]] if len(projects) == 1 else []}
+        else {"projects": preselected}
     )  # fmt: skip
     form = SourceForm(
         request.POST if posted else None, request.FILES if posted else None, projects=projects,
         file_based=file_based, initial=initial,
     )  # fmt: skip
+    if posted and request.POST.get("action") == "test":
+        form.fields["projects"].required = False  # a test writes nothing: no project needed yet
     tenant = Tenant.objects.get(pk=tenant_id)
     stored = dict(source.config) if source is not None else None
     if stored and isinstance(stored.get("path"), str):

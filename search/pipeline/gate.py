@@ -111,7 +111,8 @@ class Verdict:
     ``missing_type`` the asked form of value it holds none of) or ``not_found``.
     ``probability`` is the model's P(answered) (``None`` without relevant evidence);
     ``decided_by``: ``"evidence"`` (the model alone), ``"evidence and llm"`` (the model let it
-    through and the LLM's sufficiency judgement decided) or ``"no evidence"``. ``features`` are
+    through and the LLM's sufficiency judgement decided), ``"no evidence"``, or ``EMPTY_SCOPE`` (the
+    scope holds no row the asker may read at all). ``features`` are
     the model's inputs; ``scored`` the scored passages the extractive synthesizer quotes from.
     """
 
@@ -346,9 +347,20 @@ def readable_document_frequencies(question: str, scope: QueryScope) -> dict[str,
         return {lexeme: int(n) for lexeme, n in cursor.fetchall()}
 
 
+def scope_has_rows(scope: QueryScope) -> bool:
+    """Whether the scope holds any row the asker may read (false: nothing synced yet, or all
+    restricted to others)."""
+    where, params = scope_where_sql(scope, None)
+    with tenant_context(scope.tenant_id, user_id=scope.user_id), connection.cursor() as cursor:
+        cursor.execute(f"SELECT EXISTS (SELECT 1 FROM sources_document d WHERE {where})", params)
+        return bool(cursor.fetchone()[0])
+
+
 def judge(question: str, evidence: list[Evidence], scope: QueryScope) -> Verdict:
     """The gate's verdict for ``question`` given the tools' ``evidence`` in ``scope`` (module docstring)."""
     if not any(ev.is_relevant for ev in evidence):
+        if not evidence and not scope_has_rows(scope):
+            return Verdict(status=NOT_FOUND, decided_by=EMPTY_SCOPE)
         return Verdict(status=NOT_FOUND, decided_by="no evidence")
     scored = score_question_evidence(question, evidence, scope)
     features = answerability_features(scored, evidence)
@@ -480,6 +492,12 @@ def text_declines(text: str) -> bool:
 
 NOT_FOUND_NOTE = "The sources I can read do not answer this."
 NO_EVIDENCE_NOTE = "I could not find anything about this in the project's sources."
+EMPTY_SCOPE = "empty scope"  # Verdict.decided_by when the scope holds no row the asker may read
+EMPTY_SCOPE_NOTE = (
+    "I cannot answer from this project's sources yet: they hold nothing I can read. They may not "
+    "have been synced, or their first sync is still queued or running; ask again once it has "
+    "finished (the status page shows each source's runs)."
+)
 
 
 def missing_terms_note(terms: Sequence[str], *, partial: bool = True) -> str:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from search.llm import llm_client, llm_configured
 from search.pipeline.answer_types import missing_focus_note, missing_type_note
 from search.pipeline.evidence import CONTIGUOUS_KINDS, Evidence, query_passage
-from search.pipeline.gate import NO_EVIDENCE_NOTE, NOT_FOUND_NOTE, Verdict, missing_terms_note, named_terms
+from search.pipeline.gate import EMPTY_SCOPE, EMPTY_SCOPE_NOTE, NO_EVIDENCE_NOTE, NOT_FOUND_NOTE, Verdict, missing_terms_note, named_terms
 from search.pipeline.passages import Passage, is_code
 from search.text import CITATION, CITATION_PREFIX, holds_term, neutralize_citations
 from sources.connectors.slack_messages import TRANSCRIPT_KINDS
@@ -218,9 +218,13 @@ def code_span(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def decline_text(evidence: Sequence[Evidence], *, no_evidence: bool = False, notes: Sequence[str] = ()) -> str:
+def decline_text(
+    evidence: Sequence[Evidence], *, no_evidence: bool = False, notes: Sequence[str] = (), empty_scope: bool = False
+) -> str:
     """The plain decline: the sources do not answer (and ``notes``: what they lack); the closest
-    ones named as not answering."""
+    ones named as not answering. ``empty_scope``: the scope holds nothing readable yet (says so)."""
+    if empty_scope:
+        return EMPTY_SCOPE_NOTE
     if no_evidence or not evidence:
         return NO_EVIDENCE_NOTE
     return "\n".join([" ".join([NOT_FOUND_NOTE, *notes]), "", CLOSEST_HEADER, *closest_lines(evidence)])
@@ -421,7 +425,12 @@ def extractive_answer(question: str, evidence: list[Evidence], *, verdict: Verdi
     verdict opens with the gate's notes. A not-found verdict, or evidence with no passage worth
     quoting, is the plain decline (:func:`decline_text`)."""
     if verdict.status == "not_found" or not evidence:
-        text = decline_text(evidence, no_evidence=not verdict.relevant, notes=gate_notes(verdict))
+        text = decline_text(
+            evidence,
+            no_evidence=not verdict.relevant,
+            notes=gate_notes(verdict),
+            empty_scope=verdict.decided_by == EMPTY_SCOPE,
+        )
         return Draft(text=text, cited=[], synthesizer="extractive", answers=False)
     people = [ev for ev in evidence if ev.kind == "person" and ev.is_relevant][:PEOPLE_NAMED]
     chosen = [p for p in best_passages(question, evidence, verdict) if p.n not in {ev.n for ev in people}]

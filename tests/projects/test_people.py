@@ -365,6 +365,7 @@ def test_an_invitation_naming_a_project_makes_it_the_new_members_readable_defaul
                                "project": str(handbook.pk)}, follow=True)  # fmt: skip
     assert "the link was mailed" in page.content.decode() and len(mail.outbox) == sent + 1
     assert "Handbook" in admin.get(PEOPLE).content.decode()  # the pending invitation names it
+    assert "in the project Handbook" in mail.outbox[-1].body  # so does the mail
     link = re.search(r"http://testserver(/invite/\S+/)", mail.outbox[-1].body).group(1)
     visitor = Client()
     visitor.post(link, {"username": "reader", "password1": "Long-enough-pass-42", "password2": "Long-enough-pass-42"})

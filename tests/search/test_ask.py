@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from search.pipeline.gate import NO_EVIDENCE_NOTE
+from search.pipeline.gate import EMPTY_SCOPE_NOTE, NO_EVIDENCE_NOTE
 from search.pipeline.planner import rule_plan
 from search.pipeline.synthesizer import validate_citations
 from search.retrieval import EmptyQuery
@@ -46,6 +46,14 @@ def test_says_plainly_when_nothing_relevant(kb):
     assert result.answer.text == NO_EVIDENCE_NOTE
     assert not result.answer.answered
     assert result.sources == []
+
+
+@pytest.mark.django_db
+def test_a_project_with_nothing_synced_yet_says_so_instead_of_not_found(make_tenant):
+    fresh = make_tenant("nothing-synced")  # a project with no source rows at all
+    result = ask("What is the on-call rota?", scope_for_user(fresh.admin))
+    assert result.answer.text == EMPTY_SCOPE_NOTE and not result.answer.answered
+    assert result.verdict.decided_by == "empty scope"
 
 
 @pytest.mark.django_db

@@ -376,6 +376,12 @@ def test_a_source_needs_a_project_and_a_link_prefix_that_is_a_web_address(acme):
     archive = _zip({"a.md": f"# A\n\n{PAGE}\n"})
     no_project = _post(admin, "/manage/sources/new/docs/", _docs_form(acme, projects=[]), upload=("a.zip", archive))
     assert "Choose at least one project" in no_project.content.decode()
+    # Testing writes nothing, so it needs no project; the new-source form starts in the default one.
+    tested = _post(admin, "/manage/sources/new/docs/", {**_docs_form(acme, projects=[]), "action": "test"},
+                   upload=("a.zip", archive))  # fmt: skip
+    assert "Connected:" in tested.content.decode() and "Choose at least one project" not in tested.content.decode()
+    fresh = admin.get("/manage/sources/new/docs/").content.decode()
+    assert re.search(rf'value="{acme.project.pk}"[^>]*checked', fresh), "the default project is preselected"
     script = _post(admin, "/manage/sources/new/docs/", _docs_form(acme, **{"config-url_base": "javascript:alert(1)"}),
                    upload=("a.zip", archive))  # fmt: skip
     assert "must be an http:// or https:// address" in script.content.decode()
