@@ -22,7 +22,15 @@ from dataclasses import dataclass, field
 from search.llm import llm_client, llm_configured
 from search.pipeline.answer_types import missing_focus_note, missing_type_note
 from search.pipeline.evidence import CONTIGUOUS_KINDS, Evidence, query_passage
-from search.pipeline.gate import EMPTY_SCOPE, EMPTY_SCOPE_NOTE, NO_EVIDENCE_NOTE, NOT_FOUND_NOTE, Verdict, missing_terms_note, named_terms
+from search.pipeline.gate import (
+    EMPTY_SCOPE,
+    EMPTY_SCOPE_NOTE,
+    NO_EVIDENCE_NOTE,
+    NOT_FOUND_NOTE,
+    Verdict,
+    missing_terms_note,
+    named_terms,
+)
 from search.pipeline.passages import Passage, is_code
 from search.text import CITATION, CITATION_PREFIX, holds_term, neutralize_citations
 from sources.connectors.slack_messages import TRANSCRIPT_KINDS
