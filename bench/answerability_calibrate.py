@@ -75,8 +75,9 @@ def collect(spec: str) -> list[dict]:
         evidence = execute_plan(rule_plan(q.text), scope).evidence
         verdict = judge(q.text, evidence, scope)
         row = {"set": name, "id": q.id, "type": q.type, "label": int(q.type != "unanswerable"), "question": q.text}
+        features = dict(verdict.features, **candidate_features(verdict.scored)) if verdict.relevant else None
         row.update(
-            features=verdict.features if verdict.relevant else None,
+            features=features,
             missing_terms=list(verdict.missing_terms),
             # computed whatever the model decided (the gate asks only when it answers)
             missing_focus=missing_focus(q.text, verdict.scored, evidence) if verdict.scored else "",
@@ -85,6 +86,32 @@ def collect(spec: str) -> list[dict]:
         rows.append(row)
         print(f"  {name} {q.id}: {row['features']}", file=sys.stderr, flush=True)
     return rows
+
+
+def candidate_features(scored) -> dict[str, float]:
+    """Features tried beside the model's (fit with ``KB_CALIBRATE_FEATURES``), from the scored
+    evidence: ``known_coverage`` (the best block's share of the weight of the question terms the
+    scope holds at all), ``unknown_weight`` (the share of the question's weight on terms no
+    readable row holds), ``union_coverage`` (the share the three best-covered blocks hold
+    together) and ``passage_similarity`` (the best passage cosine, without block-level ones)."""
+    if scored is None:
+        return {}
+    weights = scored.weights
+    total = sum(weights.values()) or 1.0
+    unknown = {t for t, w in weights.items() if w >= 1.0 - 1e-9}
+    known_total = total - sum(weights[t] for t in unknown)
+    best = max(scored.block_coverage, key=lambda n: (scored.block_coverage[n], -n), default=None)
+    held = scored.block_lexemes.get(best, frozenset()) if best is not None else frozenset()
+    known = sum(w for t, w in weights.items() if t not in unknown and t in held)
+    top = sorted(scored.block_coverage, key=lambda n: (-scored.block_coverage[n], n))[:3]
+    union = frozenset().union(*(scored.block_lexemes.get(n, frozenset()) for n in top))
+    sims = [p.similarity for p in scored.passages if p.similarity is not None]
+    return {
+        "known_coverage": known / known_total if known_total else 0.0,
+        "unknown_weight": (total - known_total) / total,
+        "union_coverage": scored.coverage_of(union),
+        "passage_similarity": max(0.0, max(sims, default=0.0)),
+    }
 
 
 def fit(x, y, *, l2: float = 1e-3, iters: int = 20000, lr: float = 2.0):
