@@ -18,7 +18,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from kbportal.tenancy import tenant_context
+from kbportal.tenancy import current_tenant_id, tenant_context
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
 from sources.connectors.registry import build_connector
 from sources.embeddings import Embedder, get_embedder
@@ -266,17 +266,28 @@ def _link_parents(source_id: int) -> None:
         )
 
 
+# A run changing at most this share of a maintained source's rows keeps the term statistics it
+# adjusted as it wrote; a larger one recounts them (and the champion lists) from every row.
+SMALL_RUN_SHARE = 0.02
 _UNSEEN = (
     "source_id = %(source)s AND NOT (external_id = ANY(%(seen)s)) AND NOT (external_id = ANY(%(kept)s))"
     " AND NOT (parent_external_id = ANY(%(kept)s))"
 )
 
 
-def _delete_unseen(source_id: int, seen_ids: set[str], kept_ids: Iterable[str] = ()) -> int:
+def _delete_unseen(
+    source_id: int, seen_ids: set[str], kept_ids: Iterable[str] = (), *, maintained: bool = False
+) -> int:
     """Delete the source's rows whose external id the run did not yield, except the rows it
-    kept unread (``IngestReport.keep``: those ids and their children); returns the count."""
+    kept unread (``IngestReport.keep``: those ids and their children); returns the count.
+    ``maintained``: take the deleted rows out of the term statistics and the row count first."""
     params: dict[str, Any] = {"source": source_id, "seen": list(seen_ids), "kept": list(kept_ids)}
     with connection.cursor() as cursor:
+        if maintained:
+            cursor.execute(f"SELECT id FROM sources_document WHERE {_UNSEEN}", params)
+            gone = [row[0] for row in cursor.fetchall()]
+            term_stats_adjust(current_tenant_id() or 0, source_id, gone, -1)
+            indexed_rows_adjust(source_id, -len(gone))
         # Children that stay must not point at a parent that goes.
         cursor.execute(
             f"""
@@ -348,6 +359,7 @@ def _source_ingest(
     """
     with tenant_context(tenant_id):
         source = DataSource.objects.get(pk=source_id)
+        indexed_before = source.indexed_rows
         run = run_claim(tenant_id=tenant_id, source=source, run_id=run_id)
         if run is None:  # a redelivered message of a run that already finished
             return IngestionRun.objects.get(pk=run_id)
@@ -360,7 +372,13 @@ def _source_ingest(
         label = source_label(source)
 
     report = IngestReport()
-    batcher = _Batcher(tenant_id=tenant_id, source_id=source_id, generation=generation, run=run, report=report)
+    # A source with rows keeps its term statistics current batch by batch (as live updates do),
+    # so a run that changes little need not recount every row at its end.
+    maintained = indexed_before > 0
+    batcher = _Batcher(
+        tenant_id=tenant_id, source_id=source_id, generation=generation, run=run, report=report,
+        maintain_term_stats=maintained,
+    )  # fmt: skip
     status, error = IngestionRun.Status.SUCCEEDED, ""
     try:
         connector = build_connector(kind, config, include=include, exclude=exclude, source_label=label)
@@ -386,12 +404,18 @@ def _source_ingest(
             # Rows the connector no longer yields. Unchanged rows are not rewritten (that would
             # touch every index, the HNSW one included); the seen ids decide instead.
             # An incremental run yields only what changed: the rows it did not yield stay.
-            run.deleted = 0 if partial else _delete_unseen(source_id, batcher.seen_ids, report.kept)
+            run.deleted = (
+                0 if partial else _delete_unseen(source_id, batcher.seen_ids, report.kept, maintained=maintained)
+            )
             kept = _count_kept(source_id, report.kept - batcher.seen_ids)
             run.seen += kept
             run.unchanged += kept
             DataSource.objects.filter(pk=source_id).update(generation=generation, last_synced_at=timezone.now())
-            source_refresh_term_stats(source_id)
+            changed = run.created + run.updated + run.deleted
+            if not maintained or changed > SMALL_RUN_SHARE * max(indexed_before, 1):
+                # Recounted from the rows, with fresh champion lists. A small run's counts were
+                # kept current as it wrote; its champion lists stay as live updates leave them.
+                source_refresh_term_stats(source_id)
         if report.skipped:
             status = IngestionRun.Status.PARTIAL
     except ConnectorError as exc:

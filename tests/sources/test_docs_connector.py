@@ -19,8 +19,8 @@ import pytest
 from kbportal.tenancy import tenant_context
 from sources.connectors.base import IngestReport
 from sources.connectors.docs.connector import DocsConnector
-from sources.models import DataSource, Document, IngestionRun
-from sources.services import source_create, source_ingest, source_update_config
+from sources.models import DataSource, Document, IngestionRun, TermStat
+from sources.services import source_create, source_ingest, source_refresh_term_stats, source_update_config
 
 ROW_FIELDS = (
     "id", "external_id", "kind", "title", "content", "text", "url", "path", "start_line", "end_line",
@@ -281,6 +281,15 @@ def test_an_incremental_run_parses_only_the_files_whose_bytes_changed(tenant_id,
     assert deploy and all(after[e]["id"] == before[e]["id"] for e in deploy)
     assert any("Tuesdays" in r["content"] for r in after.values() if r["path"] == "oncall.md")
     assert second.seen == len(after)
+    # A small run kept the term statistics and the row count current as it wrote: a recount
+    # from every row finds the same.
+    with tenant_context(tenant_id):
+        kept_counts = dict(TermStat.objects.filter(source_id=source_id).values_list("lexeme", "ndoc"))
+        kept_rows = DataSource.objects.get(pk=source_id).indexed_rows
+        source_refresh_term_stats(source_id)
+        assert dict(TermStat.objects.filter(source_id=source_id).values_list("lexeme", "ndoc")) == kept_counts
+        assert DataSource.objects.get(pk=source_id).indexed_rows == kept_rows == len(after)
+    assert "tuesday" in kept_counts and "snapshot" not in kept_counts
 
     # Other section settings make other rows: every page is parsed again.
     connector = DocsConnector({"path": str(folder), "max_section_chars": 500})
