@@ -171,13 +171,12 @@ class SecurityLevels:
                     if isinstance(holder, dict) and holders is not None:
                         holders.append(holder)
         except AtlassianError as exc:
-            if exc.status not in _NOT_SHOWN:
-                raise
             holders = None
-            self._skip(
+            self._refused(
+                exc,
                 f"security level {level_name or level_id}",
-                f"its members could not be read (HTTP {exc.status}; Jira shows them to the Administer Jira "
-                "permission); its issues stay closed to everyone unless security_principals lists the level",
+                "Jira shows them to the Administer Jira permission; its issues stay closed to everyone unless "
+                "security_principals lists the level",
             )
         self._levels[level_id] = (level_name, holders)
         return holders
@@ -190,13 +189,8 @@ class SecurityLevels:
         try:
             role = self.client.get_json(f"{self.api}/project/{project}/role/{role_id}")
         except AtlassianError as exc:
-            if exc.status not in _NOT_SHOWN:
-                raise
             role = None
-            self._skip(
-                f"project role {role_id} of {project}",
-                f"its members could not be read (HTTP {exc.status}); nobody is let in through it",
-            )
+            self._refused(exc, f"project role {role_id} of {project}", "nobody is let in through it")
         actors = role.get("actors") if isinstance(role, dict) else None
         for actor in actors if isinstance(actors, list) else []:
             if not isinstance(actor, dict):
@@ -222,12 +216,8 @@ class SecurityLevels:
             for user in self._paged(f"{self.api}/group/member", {"groupname": name}):
                 members.add(user_principal(user, self.directory))
         except AtlassianError as exc:
-            if exc.status not in _NOT_SHOWN:
-                raise
             members = set()
-            self._skip(
-                f"group {name}", f"its members could not be read (HTTP {exc.status}); nobody is let in through it"
-            )
+            self._refused(exc, f"group {name}", "nobody is let in through it")
         self._groups[name] = members - {""}
         return self._groups[name]
 
@@ -247,6 +237,13 @@ class SecurityLevels:
             if not values or page.get("isLast") is True or (isinstance(total, int) and start >= total):
                 return
         raise AtlassianError(f"Jira {path}: still paging after {MAX_PAGES} pages; refusing to read on")
+
+    def _refused(self, exc: AtlassianError, item: str, consequence: str) -> None:
+        """Record that Jira would not show ``item``'s members (re-raises ``exc`` unless its status
+        is one of ``_NOT_SHOWN``: any other failure fails the run)."""
+        if exc.status not in _NOT_SHOWN:
+            raise exc
+        self._skip(item, f"its members could not be read (HTTP {exc.status}); {consequence}")
 
     def _skip(self, item: str, reason: str) -> None:
         if (item, reason) not in self._noted:
