@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from django.db import connection
 
 from search.pipeline.answer_types import asks_for_document
-from search.pipeline.evidence import PASSAGE_GAP, Evidence
+from search.pipeline.evidence import PASSAGE_GAP, SNIPPET_CHARS, Evidence, query_passage
+from search.pipeline.subquestions import SubQuestion, sub_questions
 from search.text import neutralize_citations
 from sources.connectors.slack_messages import TRANSCRIPT_KINDS, TRANSCRIPT_STAMP
 
@@ -77,6 +78,21 @@ class Passage:
 
 
 @dataclass
+class ClauseScores:
+    """How each scored passage answers one asked clause of the question (``subquestions``).
+
+    ``coverage[i]``: the share of the clause's terms, each weighted by its IDF in the scope
+    (``ScoredEvidence.weights``), that passage ``i`` of ``ScoredEvidence.passages`` holds with its
+    block's title; ``similarity[i]`` the cosine between the clause and passage ``i``, for the
+    passages embedded (``_embed_passages``)."""
+
+    sub: SubQuestion
+    lexemes: frozenset[str]
+    coverage: dict[int, float] = field(default_factory=dict)
+    similarity: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass
 class ScoredEvidence:
     """The question's terms with their weights, and each read block's passages and coverage.
 
@@ -92,6 +108,8 @@ class ScoredEvidence:
     passages: list[Passage] = field(default_factory=list)
     margin: float = 0.0  # how far the best embedding match stands out (search.pipeline.gate)
     small_scope: bool = False  # the scope holds too few rows for the margin to mean anything
+    block_score: dict[int, float] = field(default_factory=dict)  # retrieval score / the best read block's
+    clauses: list[ClauseScores] = field(default_factory=list)  # one per asked clause (subquestions)
 
     def coverage_of(self, lexemes: frozenset[str] | set[str]) -> float:
         total = sum(self.weights.values())
@@ -132,7 +150,7 @@ def is_code(ev: Evidence) -> bool:
     return ev.kind in CODE_KINDS and str(ev.metadata.get("language") or "") not in PROSE_LANGUAGES
 
 
-def block_passages(ev: Evidence, *, subject_line: bool = False) -> list[Passage]:
+def block_passages(ev: Evidence, *, subject_line: bool = False, text: str | None = None) -> list[Passage]:
     """``ev``'s text cut into passages: prose into sentences (short ones joined up to
     ``PASSAGE_MAX_CHARS``), fenced code and code blocks into runs of lines, headings kept apart
     and marked. Citations written in the prose become ``(n)`` (code is left as written: it is
@@ -140,7 +158,7 @@ def block_passages(ev: Evidence, *, subject_line: bool = False) -> list[Passage]
     With ``subject_line``, the title of a commit or pull request, its author's first sentence and
     not a heading, is the block's first passage (a commit's text may be no more than the files it
     changed): for a question asking which commit or pull request did something, it is the answer."""
-    text = ev.text or ""
+    text = (ev.text if text is None else text) or ""
     if is_code(ev):  # code is quoted as code: its "[1]" is a list, not a citation
         return _code_passages(ev.n, text, 0)
     prose = _transcript_passages if ev.kind in TRANSCRIPT_KINDS else _prose_passages
@@ -317,6 +335,35 @@ def question_weights(question_lexemes: frozenset[str], df: dict[str, int], n_row
     return weights
 
 
+CLAUSE_CANDIDATES = 5  # of each clause's best-covered passages, this many are embedded
+MAX_CLAUSES = 3  # asked clauses scored apart (a longer list of questions is rare; the rest go unscored)
+READ_CHARS = 4 * SNIPPET_CHARS  # of a block, what its passages are read from (see read_text)
+
+
+def clause_score(scored: ScoredEvidence, clause: ClauseScores, i: int) -> float:
+    """How well passage ``i`` answers ``clause``, in 0..1: the mean of the passage's clause
+    coverage, its similarity to the clause (0 when not embedded) and its block's coverage of the
+    whole question, times the block's retrieval score relative to the best read block
+    (``ScoredEvidence.block_score``). The passage must answer the clause, and its document must be
+    the one the question is about, which the clause may leave to its context or to a pronoun
+    ("which team owns *it*"): P(passage answers) as P(document relevant), which the rankers
+    estimate, times P(passage answers | document)."""
+    p = scored.passages[i]
+    answers = (clause.coverage.get(i, 0.0) + clause.similarity.get(i, 0.0) + scored.block_coverage.get(p.n, 0.0)) / 3
+    return answers * scored.block_score.get(p.n, 0.0)
+
+
+def read_text(question: str, ev: Evidence) -> str:
+    """What block ``ev``'s passages are read from: code as the block shows it; other text as its
+    whole row (``Evidence.body``) when that fits in ``READ_CHARS``, else the query-biased excerpt
+    of that size (``evidence.query_passage``). The block's own text is an excerpt of a quarter of
+    that for the reader, chosen for the whole question: the answer to a question's second clause
+    ("..., and which team owns it?") is often further on in the same document."""
+    if is_code(ev) or not ev.body:
+        return ev.text
+    return query_passage(question, ev.body, READ_CHARS)
+
+
 def score_evidence(
     question: str,
     evidence: Sequence[Evidence],
@@ -324,44 +371,96 @@ def score_evidence(
     df: dict[str, int],
     n_rows: int,
     question_vector: Sequence[float] | None = None,
-    embed=None,
+    embed: Callable[[list[str]], list[list[float]]] | None = None,
+    clauses: Sequence[SubQuestion] | None = None,
 ) -> ScoredEvidence:
-    """Score the passages of the first ``BLOCKS_READ`` relevant blocks of ``evidence`` against ``question``.
+    """Score the passages of the first ``BLOCKS_READ`` relevant blocks of ``evidence`` against
+    ``question``, each block's passages read from :func:`read_text`.
 
     ``df`` and ``n_rows`` are the scope's document frequencies and row count
-    (``search.retrieval.query_terms``). With ``question_vector`` and ``embed`` (texts -> unit
-    vectors), the ``EMBEDDED_PER_BLOCK`` best-covered passages of each block get a
-    ``similarity``: at most ``BLOCKS_READ * EMBEDDED_PER_BLOCK`` texts are embedded, in one call
-    (a transformer's cost grows with the tokens it reads: this is the gate's largest cost).
+    (``search.retrieval.query_terms``). Each asked clause of the question (``clauses``, by
+    default ``subquestions.sub_questions``; at most ``MAX_CLAUSES``) gets its
+    :class:`ClauseScores`. With ``question_vector`` and ``embed`` (texts -> unit vectors), the
+    ``EMBEDDED_PER_BLOCK`` best-covered passages of each block get a ``similarity`` to the
+    question, and the ``CLAUSE_CANDIDATES`` passages each clause covers best a similarity to the
+    clause: at most ``BLOCKS_READ * EMBEDDED_PER_BLOCK + MAX_CLAUSES * (CLAUSE_CANDIDATES + 1)``
+    texts, in one call (a transformer's cost grows with the tokens it reads: this is the gate's
+    largest cost).
     """
     blocks = [ev for ev in evidence if ev.is_relevant][:BLOCKS_READ]
     subject_lines = asks_for_document(question)
-    per_block = [block_passages(ev, subject_line=subject_lines) for ev in blocks]
+    per_block = [block_passages(ev, subject_line=subject_lines, text=read_text(question, ev)) for ev in blocks]
     passages = [p for ps in per_block for p in ps]
     block_texts = [f"{ev.title}\n{ev.text}\n{ev.context}" for ev in blocks]
-    lexemes = lexeme_sets([question, *block_texts, *[ev.title for ev in blocks], *[p.text for p in passages]])
-    q_lexemes, rest = lexemes[0], lexemes[1:]
+    asked = list(clauses if clauses is not None else sub_questions(question))[:MAX_CLAUSES]
+    clause_texts = [c.text for c in asked]
+    lexemes = lexeme_sets(
+        [question, *clause_texts, *block_texts, *[ev.title for ev in blocks], *[p.text for p in passages]]
+    )
+    q_lexemes, clause_lex, rest = lexemes[0], lexemes[1 : 1 + len(clause_texts)], lexemes[1 + len(clause_texts) :]
     block_lex, title_lex, passage_lex = (
         rest[: len(blocks)],
         rest[len(blocks) : 2 * len(blocks)],
         rest[2 * len(blocks) :],
     )
     scored = ScoredEvidence(weights=question_weights(q_lexemes, df, n_rows))
+    top_score = max((ev.score for ev in blocks), default=0.0)
     titles = {}
     for ev, lx, tl in zip(blocks, block_lex, title_lex, strict=True):
         scored.block_lexemes[ev.n] = lx
         scored.block_coverage[ev.n] = scored.coverage_of(lx)
+        scored.block_score[ev.n] = ev.score / top_score if top_score > 0 else 1.0
         titles[ev.n] = (ev.title, tl)
     for p, lx in zip(passages, passage_lex, strict=True):
         p.lexemes = lx
         p.coverage = scored.coverage_of(lx | titles[p.n][1])
     scored.passages = passages
+    scored.clauses = [ClauseScores(sub=c, lexemes=lx) for c, lx in zip(asked, clause_lex, strict=True)]
+    for clause in scored.clauses:
+        weights = {t: w for t, w in scored.weights.items() if t in clause.lexemes}
+        total = sum(weights.values())
+        for i, p in enumerate(passages):
+            held = p.lexemes | titles[p.n][1]
+            clause.coverage[i] = sum(w for t, w in weights.items() if t in held) / total if total else 0.0
     if question_vector is not None and embed is not None and passages:
-        chosen: list[Passage] = []
-        for ps in per_block:
-            candidates = [p for p in ps if not p.heading] or ps
-            chosen.extend(sorted(candidates, key=lambda p: (-p.coverage, p.order))[:EMBEDDED_PER_BLOCK])
-        vectors = embed([embedding_text(titles[p.n][0], p.text) for p in chosen])
-        for p, vector in zip(chosen, vectors, strict=True):
-            p.similarity = float(sum(a * b for a, b in zip(question_vector, vector, strict=True)))
+        _embed_passages(question, scored, per_block, titles, question_vector, embed)
     return scored
+
+
+def _embed_passages(
+    question: str,
+    scored: ScoredEvidence,
+    per_block: list[list[Passage]],
+    titles: dict[int, tuple[str, frozenset[str]]],
+    question_vector: Sequence[float],
+    embed: Callable[[list[str]], list[list[float]]],
+) -> None:
+    """Set ``Passage.similarity`` (to the question) for each block's ``EMBEDDED_PER_BLOCK``
+    best-covered passages, and ``ClauseScores.similarity`` for those and each clause's
+    ``CLAUSE_CANDIDATES`` best-covered ones, with one ``embed`` call. ``Passage.similarity`` is
+    the gate's signal and stays the question's cosine to the first set alone."""
+    passages = scored.passages
+    chosen: list[Passage] = []
+    for ps in per_block:
+        candidates = [p for p in ps if not p.heading] or ps
+        chosen.extend(sorted(candidates, key=lambda p: (-p.coverage, p.order))[:EMBEDDED_PER_BLOCK])
+    question_read = {id(p) for p in chosen}
+    for clause in scored.clauses:
+        ranked = sorted((i for i, p in enumerate(passages) if not p.heading), key=lambda i: (-clause.coverage[i], i))
+        chosen.extend(passages[i] for i in ranked[:CLAUSE_CANDIDATES])
+    chosen = list({id(p): p for p in chosen}.values())
+    # A clause that is the whole question is the question's vector; the others are embedded.
+    whole = question.strip().rstrip("?").strip()
+    apart = [c for c in scored.clauses if c.sub.text != whole]
+    vectors = embed([embedding_text(titles[p.n][0], p.text) for p in chosen] + [c.sub.text for c in apart])
+    clause_vectors = {id(c): v for c, v in zip(apart, vectors[len(chosen) :], strict=True)}
+    index = {id(p): i for i, p in enumerate(passages)}
+    for p, vector in zip(chosen, vectors[: len(chosen)], strict=False):
+        if id(p) in question_read:
+            p.similarity = _cosine(question_vector, vector)
+        for clause in scored.clauses:
+            clause.similarity[index[id(p)]] = max(0.0, _cosine(clause_vectors.get(id(clause), question_vector), vector))
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    return float(sum(x * y for x, y in zip(a, b, strict=True)))

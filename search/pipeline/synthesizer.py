@@ -31,7 +31,7 @@ from search.pipeline.gate import (
     missing_terms_note,
     named_terms,
 )
-from search.pipeline.passages import Passage, is_code
+from search.pipeline.passages import ClauseScores, Passage, clause_score, is_code
 from search.text import CITATION, CITATION_PREFIX, holds_term, neutralize_citations
 from sources.connectors.slack_messages import TRANSCRIPT_KINDS
 
@@ -304,14 +304,20 @@ def said_key(text: str) -> str:
 
 
 def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict) -> list[Passage]:
-    """The passages the extractive answer quotes: the best one, then at most
-    ``EXTRACTIVE_PASSAGES - 1`` more scoring at least ``EXTRACTIVE_RELATIVE_SCORE`` of it, from
-    at most ``EXTRACTIVE_BLOCKS`` blocks and ``PER_BLOCK`` per block; in evidence order, then text
-    order. Never a heading, a table row, a fragment, a sentence introducing code that is not
-    shown, or a sentence already quoted from another block. When the question names identifiers
-    (``search.pipeline.gate.named_terms``) and some block holds one, only such blocks are quoted
-    (a citation never points at a block lacking what was asked). In a chat transcript the message
-    after a quoted one (its reply) is quoted too when it holds any of the question's terms."""
+    """The passages the extractive answer quotes, in the order their blocks first rank, then text
+    order.
+
+    Each asked clause of the question (``passages.ClauseScores``: "what watchdog did we add" and
+    "which team owns it" are two) gets its best passage by ``passages.clause_score``, among the
+    passages holding a value of the form the clause asks for when any do; a question of one clause
+    gets up to ``EXTRACTIVE_PASSAGES`` scoring at least ``EXTRACTIVE_RELATIVE_SCORE`` of its best.
+    At most ``PER_BLOCK`` per block, from at most ``EXTRACTIVE_BLOCKS`` blocks (one more per
+    further clause). Never a heading, a table row, a fragment, a sentence introducing code that is
+    not shown, or a sentence already quoted from another block. When the question names
+    identifiers (``search.pipeline.gate.named_terms``) and some block holds one, only such blocks
+    are quoted (a citation never points at a block lacking what was asked). In a chat transcript
+    the message after a quoted one (its reply) is quoted too when it holds any of the question's
+    terms."""
     scored = verdict.scored
     candidates = scored.passages if scored else []
     # Whole sentences when there are any; else the excerpt's cut ones (quoted with "…").
@@ -328,24 +334,41 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
                 for p in passages
                 if p.n in holding and (p.code or any(holds_term(p.text, t) for t in named) or p.similarity is not None)
             ]
-    ranked = sorted(passages, key=lambda p: (-passage_score(p), p.n, p.order))
-    if not ranked:
+    if not passages:
         return []
-    best = passage_score(ranked[0])
     chosen: list[Passage] = []
     per_block: dict[int, int] = {}
     said: set[str] = set()  # one page copied into another says the same sentence twice: quote it once
-    for p in ranked:
-        if len(chosen) == EXTRACTIVE_PASSAGES or passage_score(p) < EXTRACTIVE_RELATIVE_SCORE * best:
-            break
-        if per_block.get(p.n, 0) >= PER_BLOCK or (p.n not in per_block and len(per_block) >= EXTRACTIVE_BLOCKS):
+    clauses: list[ClauseScores | None] = list(scored.clauses) if scored and scored.clauses else [None]
+    index = {id(p): i for i, p in enumerate(candidates)}
+    blocks_allowed = EXTRACTIVE_BLOCKS + len(clauses) - 1
+    for clause in clauses:
+        taken = {id(p) for p in chosen}
+        pool = [p for p in passages if id(p) not in taken]
+        if clause is None or scored is None:  # nothing scored per clause (a bare verdict)
+            score = {id(p): passage_score(p) for p in pool}
+        else:
+            # Answer-type filtering of factoid QA (Moldovan et al., ACL 2000): the passages holding a
+            # value of the form the clause asks for, when any do.
+            asked = clause.sub.asked
+            pool = [p for p in pool if asked is None or asked.held_by(p.text)] or pool
+            score = {id(p): clause_score(scored, clause, index[id(p)]) for p in pool}
+        ranked = sorted(pool, key=lambda p: (-score[id(p)], p.n, p.order))
+        if not ranked:
             continue
-        key = said_key(p.text)
-        if key in said:
-            continue
-        said.add(key)
-        per_block[p.n] = per_block.get(p.n, 0) + 1
-        chosen.append(p)
+        best = score[id(ranked[0])]
+        wanted = len(chosen) + (EXTRACTIVE_PASSAGES if len(clauses) == 1 else 1)
+        for p in ranked:
+            if len(chosen) >= wanted or score[id(p)] < EXTRACTIVE_RELATIVE_SCORE * best:
+                break
+            if per_block.get(p.n, 0) >= PER_BLOCK or (p.n not in per_block and len(per_block) >= blocks_allowed):
+                continue
+            key = said_key(p.text)
+            if key in said:
+                continue
+            said.add(key)
+            per_block[p.n] = per_block.get(p.n, 0) + 1
+            chosen.append(p)
     # A chat message is read with its reply: a thread's first message asks, the next one answers
     # (the next shown message, not one the excerpt's gap separates from it).
     for p in list(chosen):

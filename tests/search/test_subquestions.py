@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 
 from search.pipeline.subquestions import sub_questions
+from tests.search.conftest import scored_verdict
+from tests.search.test_gate import _block
 
 
 def _texts(question: str) -> list[str]:
@@ -78,3 +80,39 @@ def test_a_question_the_syntax_does_not_split_is_one_clause_of_its_whole_text(qu
     assert len(found) == 1
     assert found[0].text == question.strip().rstrip("?").strip()
 
+
+@pytest.mark.django_db
+def test_the_answer_quotes_a_passage_for_each_asked_clause():
+    """The second clause's answer sits in the same document, below passages about the first: a
+    ranking by the whole question alone fills the answer with the first clause's passages."""
+    from search.pipeline.synthesizer import extractive_answer
+
+    question = "What watchdog did we add to the payment queue, and which team owns the watchdog?"
+    text = (
+        "After the outage we added a watchdog to the payment queue that restarts stalled consumers. "
+        "The payment queue watchdog checks consumer heartbeats every thirty seconds. "
+        "The watchdog we added to the payment queue also pages when the backlog grows. "
+        "Payment queue consumers that miss two heartbeats are restarted by the watchdog. "
+        "Ownership: the Platform Reliability team owns the watchdog and its alerts."
+    )
+    block = _block(1, "Payment queue watchdog", text, lexical_rank=1, dense_rank=1, similarity=0.8)
+    answer = extractive_answer(question, [block], verdict=scored_verdict(question, [block]))
+    assert "restarts stalled consumers" in answer.text or "checks consumer heartbeats" in answer.text, answer.text
+    assert "Platform Reliability" in answer.text, answer.text
+
+
+@pytest.mark.django_db
+def test_a_clause_answered_beyond_the_blocks_excerpt_is_read_from_the_whole_row():
+    """The reader's excerpt (``Evidence.text``) was chosen for the whole question; the answer to
+    its second clause sits further on in the same row (``Evidence.body``) and is quoted from there."""
+    from search.pipeline.synthesizer import extractive_answer
+
+    question = "How do I rotate the signing key, and how long is the old key still accepted?"
+    head = "To rotate the signing key, run `kb keys rotate` on the primary; replicas pick up the new key."
+    filler = " ".join(f"Step {i}: the operator checks dashboard panel {i} for errors." for i in range(40))
+    tail = "After a rotation the old key is still accepted for 48 hours, then it is revoked."
+    body = f"{head} {filler} {tail}"
+    block = _block(1, "Signing keys", head, lexical_rank=1, dense_rank=1, similarity=0.8, body=body)
+    answer = extractive_answer(question, [block], verdict=scored_verdict(question, [block]))
+    assert "kb keys rotate" in answer.text, answer.text
+    assert "48 hours" in answer.text, answer.text
