@@ -39,7 +39,7 @@ PROSE_LANGUAGES = frozenset({"markdown", "rst", "text", "asciidoc"})
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'`(])")
 _FENCE = re.compile(r"```([^\n]*)\n(.*?)(?:```|\Z)", re.S)
 DIAGRAM_FENCES = frozenset({"mermaid", "plantuml", "dot", "graphviz"})  # drawings, not code to quote
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+")
+_HEADING = re.compile(r"^\s{0,3}(?:#{1,6}|h[1-6]\.)\s+")  # Markdown, or Confluence wiki markup ("h2. Root cause")
 # Attribute lists ("{ #anchor }"), HTML tags a page may use inline (their text stays; a "<public id>"
 # placeholder is no tag and stays), list and quote markers, bold markers.
 _HTML_TAGS = (
@@ -82,9 +82,10 @@ class ClauseScores:
     """How each scored passage answers one asked clause of the question (``subquestions``).
 
     ``coverage[i]``: the share of the clause's terms, each weighted by its IDF in the scope
-    (``ScoredEvidence.weights``), that passage ``i`` of ``ScoredEvidence.passages`` holds with its
-    block's title; ``similarity[i]`` the cosine between the clause and passage ``i``, for the
-    passages embedded (``_embed_passages``)."""
+    (``ScoredEvidence.weights``; equally when every one of them is in every readable row), that
+    passage ``i`` of ``ScoredEvidence.passages`` holds with its block's title; ``similarity[i]``
+    the cosine between the clause and passage ``i``, for the passages embedded
+    (``_embed_passages``)."""
 
     sub: SubQuestion
     lexemes: frozenset[str]
@@ -346,8 +347,9 @@ def clause_score(scored: ScoredEvidence, clause: ClauseScores, i: int) -> float:
     whole question, times the block's retrieval score relative to the best read block
     (``ScoredEvidence.block_score``). The passage must answer the clause, and its document must be
     the one the question is about, which the clause may leave to its context or to a pronoun
-    ("which team owns *it*"): P(passage answers) as P(document relevant), which the rankers
-    estimate, times P(passage answers | document)."""
+    ("which team owns *it*"): the block's coverage of the whole question carries most of that
+    (fused retrieval scores of the top blocks lie close together, so their ratio only breaks
+    near ties)."""
     p = scored.passages[i]
     answers = (clause.coverage.get(i, 0.0) + clause.similarity.get(i, 0.0) + scored.block_coverage.get(p.n, 0.0)) / 3
     return answers * scored.block_score.get(p.n, 0.0)
@@ -418,6 +420,8 @@ def score_evidence(
     scored.clauses = [ClauseScores(sub=c, lexemes=lx) for c, lx in zip(asked, clause_lex, strict=True)]
     for clause in scored.clauses:
         weights = {t: w for t, w in scored.weights.items() if t in clause.lexemes}
+        if not any(weights.values()):  # every term in every readable row (a scope of a row or two): plain overlap
+            weights = dict.fromkeys(weights, 1.0)
         total = sum(weights.values())
         for i, p in enumerate(passages):
             held = p.lexemes | titles[p.n][1]
@@ -455,7 +459,9 @@ def _embed_passages(
     vectors = embed([embedding_text(titles[p.n][0], p.text) for p in chosen] + [c.sub.text for c in apart])
     clause_vectors = {id(c): v for c, v in zip(apart, vectors[len(chosen) :], strict=True)}
     index = {id(p): i for i, p in enumerate(passages)}
-    for p, vector in zip(chosen, vectors[: len(chosen)], strict=False):
+    if len(vectors) != len(chosen) + len(apart):
+        raise ValueError(f"embed returned {len(vectors)} vectors for {len(chosen) + len(apart)} texts")
+    for p, vector in zip(chosen, vectors[: len(chosen)], strict=True):
         if id(p) in question_read:
             p.similarity = _cosine(question_vector, vector)
         for clause in scored.clauses:

@@ -31,14 +31,21 @@ _WH_ANYWHERE = re.compile(rf"\b(?:{_WH})\b", re.I)
 # A sentence ends at ".", "?" or "!" before a space and a capital, a digit or a quote, or before a
 # question word or auxiliary in any case (chat writes "... upgrade. what was cut off?"); and at a
 # question mark anywhere ("...? and will it ...").
-_SENTENCE = re.compile(rf"(?<=\?)\s+|(?<=[.!])\s+(?=[A-Z0-9\"'`(“]|(?i:{_WH}|{_AUX})\b)")
+_SENTENCE = re.compile(rf"(?<=[?？؟])\s*|(?<=[.!。！])\s+(?=[A-Z0-9\"'`(“]|(?i:{_WH}|{_AUX})\b)")
+# A full stop that ends no sentence: a title or a common abbreviation ("Dr. Smith", "e.g. Redis"),
+# or an ordinal day or number ("am 3. Februar", "Step 2. Then").
+_NO_END = re.compile(
+    r"(?:\b(?:Dr|Mr|Mrs|Ms|Prof|St|Sr|Jr|vs|etc|Inc|Ltd|Co|No|approx|e\.g|i\.e|cf)|\b\d{1,2})\.$", re.I
+)
 # Inside a question: a clause joined by "and", ";" or a comma that opens with a new question word
 # (or, after "and" or ";", an auxiliary) asks a second thing ("..., and which team owns it",
 # "...; how long ...", "which PO did they add, what GL code ..."); a preposition may lead it
 # ("..., and at what rate ...").
 _CLAUSE = re.compile(
     rf"(?:\s*;\s*(?:and\s+)?|,?\s+and\s+(?:also\s+)?)(?={_LEAD}(?:{_WH})\b|(?:{_AUX})\b)"
-    rf"|,\s*(?:also\s+|plus\s+)?(?={_LEAD}(?:{_WH})\b)",
+    # after a bare comma, only a question with its auxiliary before the subject ("..., what GL code
+    # *are* we using"): "..., which I need for X" and "..., when the job fires" relate, not ask
+    rf"|,\s*(?:also\s+|plus\s+)?(?={_LEAD}(?:whats|wheres|hows|whos|(?:{_WH})\b(?:\s+[\w'-]+){{0,3}}?\s+(?:{_AUX}|can't|won't|don't|doesn't|didn't|isn't|aren't)\b))",
     re.I,
 )
 MIN_CLAUSE_WORDS = 3  # a shorter piece ("and when?") stays with the clause before it
@@ -48,11 +55,13 @@ MIN_CLAUSE_WORDS = 3  # a shorter piece ("and when?") stays with the clause befo
 class SubQuestion:
     """One asked clause of a question.
 
-    ``text`` the asking words as written (no trailing "?"); ``context`` what leads them in their
-    sentence and asks nothing itself ("After the Feb 3 outage" of "After the Feb 3 outage, what
-    did we add?": the topic, which names the document, not the passage); ``asked`` the form of
-    value it asks for, or ``None``; ``focus`` the word naming what it asks about, or ``None``;
-    ``index`` its place among the question's asked clauses (0 for the first)."""
+    ``text`` the asking words as written (no trailing "?"; a piece too short to ask on its own,
+    "when" of "Who approved it, when, and why?", joined to the clause before it with "and");
+    ``context`` what leads them in their sentence and asks nothing itself ("After the Feb 3
+    outage" of "After the Feb 3 outage, what did we add?": the topic, which names the document,
+    not the passage); ``asked`` the form of value it asks for, or ``None``; ``focus`` the word
+    naming what it asks about, or ``None``; ``index`` its place among the question's asked
+    clauses (0 for the first)."""
 
     text: str
     index: int
@@ -66,7 +75,9 @@ def _asks(sentence: str) -> bool:
     auxiliary (chat drops the question mark), or holds a question word after a comma ("Given
     X, what ...")."""
     bare = QUOTED.sub(" x ", sentence).strip()
-    return bare.endswith("?") or bool(_ASKING.match(bare)) or bool(_WH_ANYWHERE.search(bare) and "," in bare)
+    return (
+        bare.endswith(("?", "？", "؟")) or bool(_ASKING.match(bare)) or bool(_WH_ANYWHERE.search(bare) and "," in bare)
+    )
 
 
 def _words(text: str) -> int:
@@ -81,9 +92,15 @@ def sub_questions(question: str) -> list[SubQuestion]:
     are no sub-question (their words still count for the question as a whole). A quoted span is
     never split. Alternatives joined by "or" ("Will it serve them, or only the plain files?")
     stay one clause: answering either answers it."""
-    masked, spans = _mask_quotes(question)
+    masked, spans = _mask_quotes(question.replace("\x00", " "))  # NUL marks a masked quote
     clauses: list[tuple[str, str]] = []  # (context, asking words)
-    for sentence in _SENTENCE.split(masked.strip()):
+    sentences: list[str] = []
+    for piece in _SENTENCE.split(masked.strip()):
+        if sentences and _NO_END.search(sentences[-1]):
+            sentences[-1] = f"{sentences[-1]} {piece}"
+        else:
+            sentences.append(piece)
+    for sentence in sentences:
         if not sentence.strip() or not _asks(sentence):
             continue
         merged: list[tuple[str, str]] = []
@@ -103,7 +120,7 @@ def sub_questions(question: str) -> list[SubQuestion]:
             else:
                 merged.append(("", ", ".join(p for p in (context, short) if p)))
         clauses.extend(merged)
-    found = [(_unmask(c, spans).strip(), _unmask(t, spans).strip().rstrip("?").strip()) for c, t in clauses]
+    found = [(_unmask(c, spans).strip(), _unmask(t, spans).strip().rstrip("?？؟").strip()) for c, t in clauses]
     found = [(c, t) for c, t in found if t] or [("", question.strip().rstrip("?").strip())]
     return [
         SubQuestion(text=t, index=i, asked=asked_answer_type(t), focus=question_focus(t), context=c)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from search.llm import llm_client, llm_configured
 from search.pipeline.answer_types import missing_focus_note, missing_type_note
-from search.pipeline.evidence import CONTIGUOUS_KINDS, Evidence, query_passage
+from search.pipeline.evidence import CONTIGUOUS_KINDS, RELEVANT_SIMILARITY, Evidence, query_passage
 from search.pipeline.gate import (
     EMPTY_SCOPE,
     EMPTY_SCOPE_NOTE,
@@ -267,6 +267,10 @@ EXTRACTIVE_RELATIVE_SCORE = 0.85  # a further passage must score this share of t
 EXTRACTIVE_BLOCKS = 2  # further passages come from the blocks of the best two passages at most
 PER_BLOCK = 2
 MIN_STATEMENT_CHARS = 40  # a shorter prose passage is a fragment ("The same applies for:"), not an answer
+# ... unless it states a field of a record: a label of up to five words, a colon, a value ("Owning
+# team: Eng Serving Runtime.", "Severity: P1"), as tickets, postmortems and forms write them.
+_FIELD_LINE = re.compile(r"^[^\W\d_][\w'()/&.-]*(?: [\w'()/&.-]+){0,4}:\s+[^\s:]")
+NEAR_TIE = 0.95  # a later clause's passages within this share of its best are near ties (see best_passages)
 CODE_LINES_SHOWN = 12
 _SIGNATURE = re.compile(r"^\s*(?:async\s+def|def|class|func|function|export\s+(?:async\s+)?function|public|private)\b")
 _TABLE_ROW = re.compile(r"\|.*\|")
@@ -286,7 +290,9 @@ def _quotable(p: Passage, *, whole_only: bool = True) -> bool:
         return False
     if p.code:
         return True
-    if _LISTING.match(p.text) or _TABLE_ROW.search(p.text) or len(p.text) < MIN_STATEMENT_CHARS:
+    if _LISTING.match(p.text) or _TABLE_ROW.search(p.text):
+        return False
+    if len(p.text) < MIN_STATEMENT_CHARS and not (_FIELD_LINE.match(p.text) and not introduces(p.text)):
         return False
     return p.whole or not whole_only
 
@@ -324,16 +330,7 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
     passages = [p for p in candidates if _quotable(p)] or [p for p in candidates if _quotable(p, whole_only=False)]
     # A sentence introducing code the evidence does not show ("... like this:") cannot be quoted.
     passages = [p for p in passages if p.code or not introduces(p.text) or _following_code(p, candidates)]
-    named = named_terms(question)
     by_n = {ev.n: ev for ev in evidence}
-    if named:
-        holding = {n for n, ev in by_n.items() if any(holds_term(f"{ev.title}\n{ev.text}", t) for t in named)}
-        if holding:
-            passages = [
-                p
-                for p in passages
-                if p.n in holding and (p.code or any(holds_term(p.text, t) for t in named) or p.similarity is not None)
-            ]
     if not passages:
         return []
     chosen: list[Passage] = []
@@ -341,27 +338,72 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
     said: set[str] = set()  # one page copied into another says the same sentence twice: quote it once
     clauses: list[ClauseScores | None] = list(scored.clauses) if scored and scored.clauses else [None]
     index = {id(p): i for i, p in enumerate(candidates)}
+    read = {id(candidates[i]) for c in clauses if c is not None for i in c.similarity}
     blocks_allowed = EXTRACTIVE_BLOCKS + len(clauses) - 1
+    per_block_allowed = max(PER_BLOCK, len(clauses))
+    named = named_terms(question)
+    own = {id(c): set(named_terms(f"{c.sub.context} {c.sub.text}")) for c in clauses if c is not None}
+
+    def clause_named(clause: ClauseScores | None) -> list[str]:
+        # The identifiers the question names outside its other clauses: its context sentences'
+        # ("During the VPC-17 rollout, ...") bind every clause, another clause's do not.
+        if clause is None:
+            return named
+        others = set().union(*(ids for key, ids in own.items() if key != id(clause)))
+        return [t for t in named if t in own[id(clause)] or t not in others]
+
     for clause in clauses:
         taken = {id(p) for p in chosen}
-        pool = [p for p in passages if id(p) not in taken]
+        pool = _holding_named([p for p in passages if id(p) not in taken], clause_named(clause), by_n, read)
         if clause is None or scored is None:  # nothing scored per clause (a bare verdict)
             score = {id(p): passage_score(p) for p in pool}
         else:
-            # Answer-type filtering of factoid QA (Moldovan et al., ACL 2000): the passages holding a
-            # value of the form the clause asks for, when any do.
-            asked = clause.sub.asked
-            pool = [p for p in pool if asked is None or asked.held_by(p.text)] or pool
             score = {id(p): clause_score(scored, clause, index[id(p)]) for p in pool}
+            if len(clauses) > 1:
+                # From a document no earlier clause was answered from, only a passage that speaks to
+                # the clause (one of its terms, or close in meaning): a clause nothing speaks to gets
+                # no quote from an unrelated page. In the earlier clause's document a short clause
+                # leaning on it ("and how did they fix *it*?") is often answered in other words.
+                pool = [
+                    p
+                    for p in pool
+                    if p.n in per_block
+                    or clause.coverage.get(index[id(p)], 0.0) > 0
+                    or clause.similarity.get(index[id(p)], 0.0) >= RELEVANT_SIMILARITY
+                ]
+            # Answer-type filtering of factoid QA (Moldovan et al., ACL 2000): among the passages
+            # close to the clause's best, those holding a value of the form the clause asks for.
+            asked = clause.sub.asked
+            top = max((score[id(p)] for p in pool), default=0.0)
+            typed = [
+                p
+                for p in pool
+                if asked is not None and asked.held_by(p.text) and score[id(p)] >= EXTRACTIVE_RELATIVE_SCORE * top
+            ]
+            pool = typed or pool
         ranked = sorted(pool, key=lambda p: (-score[id(p)], p.n, p.order))
         if not ranked:
             continue
         best = score[id(ranked[0])]
+        if chosen and len(clauses) > 1:
+            # A later clause is about what the earlier one found ("..., and which team owns *it*"):
+            # of its near ties, the passage nearest the earlier clause's in the same block, as a
+            # pronoun's antecedent is most often the nearest (Hobbs, "Resolving pronoun
+            # references", Lingua 1978); an action item's owner is the line after it.
+            last = chosen[-1]
+            ties = [p for p in ranked if score[id(p)] >= NEAR_TIE * best]
+            # At equal distance the passage after it: a record's fields follow what they describe.
+            ties.sort(
+                key=lambda p: (p.n != last.n, abs(p.order - last.order) if p.n == last.n else 0, p.order < last.order)
+            )
+            ranked = ties + [p for p in ranked if score[id(p)] < NEAR_TIE * best]
         wanted = len(chosen) + (EXTRACTIVE_PASSAGES if len(clauses) == 1 else 1)
         for p in ranked:
             if len(chosen) >= wanted or score[id(p)] < EXTRACTIVE_RELATIVE_SCORE * best:
                 break
-            if per_block.get(p.n, 0) >= PER_BLOCK or (p.n not in per_block and len(per_block) >= blocks_allowed):
+            if per_block.get(p.n, 0) >= per_block_allowed or (
+                p.n not in per_block and len(per_block) >= blocks_allowed
+            ):
                 continue
             key = said_key(p.text)
             if key in said:
@@ -372,7 +414,7 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
     # A chat message is read with its reply: a thread's first message asks, the next one answers
     # (the next shown message, not one the excerpt's gap separates from it).
     for p in list(chosen):
-        if by_n[p.n].kind in TRANSCRIPT_KINDS and per_block[p.n] < PER_BLOCK:
+        if by_n[p.n].kind in TRANSCRIPT_KINDS and per_block[p.n] < per_block_allowed:
             reply = next((q for q in passages if q.n == p.n and q.order == p.order + 1 and not q.after_gap), None)
             key = said_key(reply.text) if reply is not None else ""
             if reply is not None and reply not in chosen and reply.coverage > 0 and key not in said:
@@ -381,6 +423,27 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
                 chosen.append(reply)
     order = {n: i for i, n in enumerate(per_block)}  # blocks in the order their best passage ranked
     return sorted(chosen, key=lambda p: (order[p.n], p.order))
+
+
+def _holding_named(
+    pool: list[Passage], named: Sequence[str], by_n: dict[int, Evidence], read: set[int]
+) -> list[Passage]:
+    """``pool`` kept to the blocks holding one of the identifiers ``named`` (in their title or the
+    text their passages are read from), when some block does: a citation never points at a block
+    lacking what was asked. Of those blocks, the passages holding the identifier, code, or the
+    passages read as close to the question (``Passage.similarity``) or to one of its clauses
+    (``read``: ids of passages with a clause similarity)."""
+    if not named:
+        return pool
+    holding = {n for n, ev in by_n.items() if any(holds_term(f"{ev.title}\n{ev.text}\n{ev.body}", t) for t in named)}
+    if not holding:
+        return pool
+    return [
+        p
+        for p in pool
+        if p.n in holding
+        and (p.code or any(holds_term(p.text, t) for t in named) or p.similarity is not None or id(p) in read)
+    ]
 
 
 _EMOJI_END = re.compile(r":[\w+-]+:$")  # ":thumbsup:" ends a chat line, it introduces nothing

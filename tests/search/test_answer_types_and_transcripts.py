@@ -302,3 +302,18 @@ def test_the_reply_quoted_after_a_message_is_the_next_message_not_a_piece_across
     answer = extractive_answer(question, [thread], verdict=scored_verdict(question, [thread]))
     assert "kb export --resume" in answer.text
     assert "pizza" not in answer.text, answer.text
+
+
+def test_a_confluence_wiki_heading_is_a_heading_not_the_start_of_its_first_sentence():
+    """Confluence storage exports write "h2. Root cause"; read as prose, the heading glued to the
+    section's first sentence made that sentence a fragment no answer could quote."""
+    from search.pipeline.evidence import Evidence
+
+    text = "h1. Private VPC incident\n\nh2. Root cause\nA route table change removed the NAT gateway route."
+    ev = Evidence(
+        n=1, document_id=1, kind="doc_page", title="VPC incident", url="", text=text, score=1.0, tool="search"
+    )
+    passages = block_passages(ev)
+    assert [p.text for p in passages if p.heading] == ["Private VPC incident", "Root cause"]
+    sentence = next(p for p in passages if not p.heading)
+    assert sentence.text.startswith("A route table change") and sentence.whole, sentence

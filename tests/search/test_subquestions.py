@@ -81,6 +81,42 @@ def test_a_question_the_syntax_does_not_split_is_one_clause_of_its_whole_text(qu
     assert found[0].text == question.strip().rstrip("?").strip()
 
 
+@pytest.mark.parametrize(
+    "question",
+    [
+        "How do I configure CORS, which I need for the frontend?",  # a relative clause
+        "What should we do, when the streaming watchdog fires?",  # a subordinate clause
+    ],
+)
+def test_a_clause_that_relates_rather_than_asks_stays_with_its_question(question):
+    assert len(sub_questions(question)) == 1
+
+
+def test_a_bare_comma_before_an_inverted_question_splits():
+    found = _texts("which PO did they add, what GL code are we using, and when does it get paid?")
+    assert found == ["which PO did they add", "what GL code are we using", "when does it get paid"]
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        ("Dr. Smith approved it. Who is Dr. Smith?", ["Who is Dr. Smith"]),
+        (
+            "Was ist am 3. Februar passiert? Wer hat es behoben?",
+            ["Was ist am 3. Februar passiert", "Wer hat es behoben"],
+        ),
+        ("谁批准了合同？ who owns it?", ["谁批准了合同", "who owns it"]),
+    ],
+)
+def test_a_full_stop_that_ends_no_sentence_does_not_split_and_other_scripts_question_marks_do(question, expected):
+    assert _texts(question) == expected
+
+
+def test_a_nul_in_the_question_is_no_quote_placeholder():
+    found = sub_questions('What is \x000\x00 and who owns "the lock"?')
+    assert [s.text for s in found][-1] == 'who owns "the lock"'
+
+
 @pytest.mark.django_db
 def test_the_answer_quotes_a_passage_for_each_asked_clause():
     """The second clause's answer sits in the same document, below passages about the first: a
@@ -116,3 +152,90 @@ def test_a_clause_answered_beyond_the_blocks_excerpt_is_read_from_the_whole_row(
     answer = extractive_answer(question, [block], verdict=scored_verdict(question, [block]))
     assert "kb keys rotate" in answer.text, answer.text
     assert "48 hours" in answer.text, answer.text
+
+
+@pytest.mark.django_db
+def test_a_later_clause_is_answered_by_the_field_line_beside_the_earlier_clauses_answer():
+    """Action items each with their owner: "which team owns it" is the owner line after the
+    item the first clause found, though every owner line covers the clause as well."""
+    from search.pipeline.synthesizer import extractive_answer
+
+    question = "What watchdog did we commit to adding to the stream proxy, and which team owns it?"
+    text = (
+        "Action items from the review of the stream proxy hang.\n\n"
+        "1) Add alerting on gateway backpressure saturation across all proxy pools.\n\nOwning team: Eng SRE.\n\n"
+        "2) Add a runtime-side watchdog to the stream proxy that forces a flush after two idle seconds.\n\n"
+        "Owning team: Eng Serving Runtime.\n\n"
+        "3) Document the flush configuration of every proxy pool for on-call engineers.\n\nOwning team: Eng Platform."
+    )
+    block = _block(1, "Stream proxy hang postmortem", text, lexical_rank=1, dense_rank=1, similarity=0.8)
+    answer = extractive_answer(question, [block], verdict=scored_verdict(question, [block]))
+    assert "runtime-side watchdog" in answer.text, answer.text
+    assert "Eng Serving Runtime" in answer.text, answer.text
+    assert "Eng SRE" not in answer.text and "Eng Platform" not in answer.text, answer.text
+
+
+@pytest.mark.django_db
+def test_a_clause_nothing_in_the_evidence_speaks_to_gets_no_quote_from_an_unrelated_document():
+    from search.pipeline.synthesizer import extractive_answer
+
+    question = "How do I rotate the signing key, and who won the company softball final?"
+    keys = "To rotate the signing key, run `kb keys rotate` on the primary; replicas pick up the new key."
+    notes = "Release notes for the billing export list the new CSV columns added this quarter."
+    evidence = [
+        _block(1, "Signing keys", keys, lexical_rank=1, dense_rank=1, similarity=0.8),
+        _block(2, "Billing export", notes, lexical_rank=2, dense_rank=2, similarity=0.4),
+    ]
+    answer = extractive_answer(question, evidence, verdict=scored_verdict(question, evidence))
+    assert "kb keys rotate" in answer.text, answer.text
+    assert "billing export" not in answer.text, answer.text
+
+
+@pytest.mark.django_db
+def test_an_identifier_one_clause_names_does_not_keep_the_other_clause_from_its_own_document():
+    from search.pipeline.synthesizer import extractive_answer
+
+    question = "What broke outbound traffic in the VPC-17 incident, and what is the total due on the Acme invoice?"
+    said = "In the VPC-17 incident a route table change broke outbound traffic through the NAT gateway."
+    incident = _block(1, "VPC-17 postmortem", said, lexical_rank=1, dense_rank=1, similarity=0.7)
+    billed = "Invoice for Acme Cloud Services, February. Total due on the Acme invoice: $12,345.00, payable in 30 days."
+    invoice = _block(2, "Acme invoice", billed, lexical_rank=2, dense_rank=2, similarity=0.6)
+    evidence = [incident, invoice]
+    answer = extractive_answer(question, evidence, verdict=scored_verdict(question, evidence))
+    assert "route table" in answer.text, answer.text
+    assert "$12,345.00" in answer.text, answer.text
+
+
+@pytest.mark.django_db
+def test_an_identifier_of_a_context_sentence_binds_every_clause():
+    """The context names the incident; both clauses ask about it, and another incident's page
+    answering "what was the root cause" in the same words is no answer."""
+    from search.pipeline.synthesizer import extractive_answer
+
+    question = "During the VPC-17 rollout, tenants saw 401s. What was the root cause, and what fix resolved it?"
+    ours = ("In the VPC-17 rollout the root cause was a TLS renegotiation setting that broke older clients. "
+            "The fix that resolved the VPC-17 failures was rolling back the TLS library change.")  # fmt: skip
+    other = "Alternative root cause considered for the March outage: a cache flush, rejected after tracing."
+    evidence = [
+        _block(1, "VPC-17 rollout postmortem", ours, lexical_rank=1, dense_rank=1, similarity=0.7),
+        _block(2, "March outage postmortem", other, lexical_rank=2, dense_rank=2, similarity=0.6),
+    ]
+    answer = extractive_answer(question, evidence, verdict=scored_verdict(question, evidence))
+    assert "TLS renegotiation" in answer.text and "rolling back" in answer.text, answer.text
+    assert "cache flush" not in answer.text, answer.text
+
+
+@pytest.mark.django_db
+def test_three_clauses_answered_in_one_document_get_three_quotes():
+    from search.pipeline.synthesizer import extractive_answer
+
+    question = "Which PO did finance add to the invoice, what GL code is the invoice coded to, and when is it paid?"
+    text = (
+        "Finance added PO R-9987 to the corrected invoice from the vendor. "
+        "The invoice is coded to GL 5-1200, the cloud infrastructure account. "
+        "It is paid in the payment run on 2026-03-17, as the terms are net thirty."
+    )
+    block = _block(1, "Vendor invoice thread", text, lexical_rank=1, dense_rank=1, similarity=0.7)
+    answer = extractive_answer(question, [block], verdict=scored_verdict(question, [block]))
+    for value in ("R-9987", "GL 5-1200", "2026-03-17"):
+        assert value in answer.text, answer.text

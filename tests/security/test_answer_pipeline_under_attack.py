@@ -722,3 +722,63 @@ def test_bad_text_format_and_person_fields_configs_are_refused_naming_the_field(
     for bad in ({"host": "boss"}, {"host": None}, ["host"], "host", {"host": ["owner"]}):
         with pytest.raises(ConnectorError, match="person_fields"):
             build_connector("jsonl", {"path": str(tmp_path), "person_fields": bad})
+
+
+# -- the whole row read beyond the excerpt (passages.read_text) -----------------------------------
+
+_FILL = " ".join(f"Step {i}: the operator checks heliotrope panel {i} for errors." for i in range(60))
+_BODY_PRIVATE = "zzprivate wombat ledger"
+_BODY_OUTSIDER = "zzoutsider gecko sheet"
+
+
+def _heliotrope_rows(owner_pk: int) -> list[dict]:
+    owner_only = [f"user:{owner_pk}"]
+    return [
+        {"external_id": "ops#a", "kind": "doc_section", "title": "Ops > Heliotrope failover", "path": "ops.md",
+         "content": f"To start a heliotrope failover run `kb failover start`. {_FILL} "
+                    "The heliotrope failover runbook is owned by the Platform Reliability team."},
+        {"external_id": "ops#b", "kind": "doc_section", "title": "Ops > Heliotrope escrow", "path": "ops.md",
+         "content": f"Heliotrope failover escrow notes. {_FILL} The escrow contact is the {_BODY_PRIVATE} desk.",
+         "principals": owner_only},
+        {"external_id": "t#1", "kind": "ticket", "title": "Heliotrope failover ticket",
+         "content": f"How to start a heliotrope failover. {_FILL} Owned by {_BODY_PRIVATE}.", "principals": owner_only},
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def heliotrope(django_db_setup, django_db_blocker):
+    """A member's tenant whose rows are longer than an excerpt, with their ends restricted to the
+    owner, and another tenant with the same words ending in its own marker."""
+    from sources.services import source_create, source_ingest
+
+    with django_db_blocker.unblock(), override_settings(KB_CUSTOM_CONNECTORS=CUSTOM):
+        t, other, member, _ = onboard_attack_pair(
+            ("Heliotrope", "Heliotrope Other"), ("atk-body", "atk-body-o"), "Heliotrope wiki", _heliotrope_rows
+        )
+        content = f"To start a heliotrope failover run the outsider tool. {_FILL} Owned by {_BODY_OUTSIDER}."
+        row = {"external_id": "o#1", "kind": "doc_section", "title": "Ops > Heliotrope failover", "path": "ops.md",
+               "content": content}  # fmt: skip
+        src = source_create(tenant_id=other.tenant.pk, kind="test_rows", name="Other wiki", config={"rows": [row]},
+                            project_ids=[other.project.pk])  # fmt: skip
+        assert source_ingest(tenant_id=other.tenant.pk, source_id=src.pk).status == "succeeded"
+    return t, member
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "question",
+    [
+        "How do I start a heliotrope failover, and which team owns the heliotrope failover runbook?",
+        "How do I start a heliotrope failover, and who is the heliotrope failover escrow contact?",
+    ],
+)
+def test_text_beyond_the_excerpt_never_brings_a_restricted_or_outside_row_into_an_answer(heliotrope, question):
+    from search.services import ask
+
+    t, member = heliotrope
+    result = ask(question, scope_for_user(member, None))
+    seen = result.answer.text + " ".join(ev.body + ev.text + ev.context for ev in result.evidence)
+    assert _BODY_PRIVATE not in seen and _BODY_OUTSIDER not in seen, result.answer.text
+    if "runbook" in question:  # the control: text beyond the excerpt of a row the member may read
+        assert "Platform Reliability" in result.answer.text, result.answer.text
+    assert _BODY_OUTSIDER not in ask(question, scope_for_user(t.admin, None)).answer.text
