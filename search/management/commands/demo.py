@@ -65,7 +65,12 @@ class Command(BaseCommand):
 
         procs = self._start_services(port, no_serve)
 
+        def stop_quietly() -> None:  # a second signal (a process group's kill, Ctrl-C twice) stops nothing twice
+            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+                signal.signal(sig, signal.SIG_IGN)
+
         def stop_on_sigterm(signum, frame):  # `kill` stops the worker and web server too, as Ctrl-C does
+            stop_quietly()
             raise KeyboardInterrupt
 
         signal.signal(signal.SIGTERM, stop_on_sigterm)
@@ -107,6 +112,7 @@ class Command(BaseCommand):
             dead = [name for name, p in procs.items() if p.poll() is not None]
             raise CommandError(f"{', '.join(dead)} stopped; see {settings.VAR_DIR / 'log'}")
         except KeyboardInterrupt:
+            stop_quietly()
             self.stdout.write("stopping")
         finally:
             for proc in procs.values():
