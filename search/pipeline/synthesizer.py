@@ -274,6 +274,7 @@ NEAR_TIE = 0.95  # a later clause's passages within this share of its best are n
 CODE_LINES_SHOWN = 12
 _SIGNATURE = re.compile(r"^\s*(?:async\s+def|def|class|func|function|export\s+(?:async\s+)?function|public|private)\b")
 _TABLE_ROW = re.compile(r"\|.*\|")
+_WORD = re.compile(r"[^\W\d_]{2,}")
 _LISTING = re.compile(r"^(?:Files changed|Changed files):", re.I)  # what a connector lists, not says
 
 
@@ -288,8 +289,8 @@ def _quotable(p: Passage, *, whole_only: bool = True) -> bool:
     ``whole_only``) no sentence the evidence excerpt cut (``Passage.whole``)."""
     if p.heading:
         return False
-    if p.code:
-        return True
+    if p.code:  # a run of lines holding no word ("    )", "}") says nothing, whatever its title holds
+        return bool(_WORD.search(p.text))
     if _LISTING.match(p.text) or _TABLE_ROW.search(p.text):
         return False
     if len(p.text) < MIN_STATEMENT_CHARS and not (_FIELD_LINE.match(p.text) and not introduces(p.text)):

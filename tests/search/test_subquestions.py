@@ -239,3 +239,17 @@ def test_three_clauses_answered_in_one_document_get_three_quotes():
     answer = extractive_answer(question, [block], verdict=scored_verdict(question, [block]))
     for value in ("R-9987", "GL 5-1200", "2026-03-17"):
         assert value in answer.text, answer.text
+
+
+def test_a_run_of_code_lines_holding_no_word_is_never_quoted():
+    """Its block's title lends it the question's terms; it still says nothing."""
+    from search.pipeline.gate import Verdict
+    from search.pipeline.passages import Passage, ScoredEvidence
+    from search.pipeline.synthesizer import best_passages
+
+    question = "Where does the exception handler return the error response?"
+    wordless = Passage(n=1, text="    )\n)", order=1, code=True, coverage=0.9, similarity=0.5)
+    said = Passage(n=1, text="    return JSONResponse(exc.detail)", order=0, code=True, coverage=0.6, similarity=0.5)
+    block = _block(1, "exception handler error response", f"{said.text}\n{wordless.text}", kind="code_chunk")
+    verdict = Verdict(status="answered", scored=ScoredEvidence(weights={}, passages=[wordless, said]))
+    assert [p.text for p in best_passages(question, [block], verdict)] == [said.text]
