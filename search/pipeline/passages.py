@@ -457,10 +457,10 @@ def _embed_passages(
     whole = question.strip().rstrip("?").strip()
     apart = [c for c in scored.clauses if c.sub.text != whole]
     vectors = embed([embedding_text(titles[p.n][0], p.text) for p in chosen] + [c.sub.text for c in apart])
-    clause_vectors = {id(c): v for c, v in zip(apart, vectors[len(chosen) :], strict=True)}
-    index = {id(p): i for i, p in enumerate(passages)}
     if len(vectors) != len(chosen) + len(apart):
         raise ValueError(f"embed returned {len(vectors)} vectors for {len(chosen) + len(apart)} texts")
+    clause_vectors = {id(c): v for c, v in zip(apart, vectors[len(chosen) :], strict=True)}
+    index = {id(p): i for i, p in enumerate(passages)}
     for p, vector in zip(chosen, vectors[: len(chosen)], strict=True):
         if id(p) in question_read:
             p.similarity = _cosine(question_vector, vector)

@@ -29,11 +29,13 @@ _LEAD = r"(?:(?:at|in|on|for|from|to|by|with|after|before|under|since|until)\s+)
 _ASKING = re.compile(rf"^\W*(?:(?:and|or|but|so|also|then|plus)\s+)?(?:{_LEAD}(?:{_WH})|{_AUX})\b", re.I)
 _WH_ANYWHERE = re.compile(rf"\b(?:{_WH})\b", re.I)
 # A sentence ends at ".", "?" or "!" before a space and a capital, a digit or a quote, or before a
-# question word or auxiliary in any case (chat writes "... upgrade. what was cut off?"); and at a
-# question mark anywhere ("...? and will it ...").
-_SENTENCE = re.compile(rf"(?<=[?？؟])\s*|(?<=[.!。！])\s+(?=[A-Z0-9\"'`(“]|(?i:{_WH}|{_AUX})\b)")
-# A full stop that ends no sentence: a title or a common abbreviation ("Dr. Smith", "e.g. Redis"),
-# or an ordinal day or number ("am 3. Februar", "Step 2. Then").
+# question word or auxiliary in any case (chat writes "... upgrade. what was cut off?"); at a
+# question mark before a space ("...? and will it ...", not "search?q=" in a link); and at a
+# full-width or Arabic question mark, which needs no space after it.
+_SENTENCE = re.compile(rf"(?<=\?)\s+|(?<=[？؟])\s*|(?<=[.!。！])\s+(?=[A-Z0-9\"'`(“]|(?i:{_WH}|{_AUX})\b)")
+# A full stop that ends no sentence when what follows asks nothing: a title or a common abbreviation
+# ("Dr. Smith approved it"), or an ordinal ("am 3. Februar"). Before a question ("... Redis etc.
+# What is the TTL?", "... Postgres 14. What caused it?") it ends one.
 _NO_END = re.compile(
     r"(?:\b(?:Dr|Mr|Mrs|Ms|Prof|St|Sr|Jr|vs|etc|Inc|Ltd|Co|No|approx|e\.g|i\.e|cf)|\b\d{1,2})\.$", re.I
 )
@@ -44,7 +46,9 @@ _NO_END = re.compile(
 _CLAUSE = re.compile(
     rf"(?:\s*;\s*(?:and\s+)?|,?\s+and\s+(?:also\s+)?)(?={_LEAD}(?:{_WH})\b|(?:{_AUX})\b)"
     # after a bare comma, only a question with its auxiliary before the subject ("..., what GL code
-    # *are* we using"): "..., which I need for X" and "..., when the job fires" relate, not ask
+    # *are* we using"): "..., which I need for X" and "..., when the job fires" relate, not ask.
+    # The cost: a subject question after a bare comma ("What is the TTL, who set it?") stays in
+    # the clause before it (its words still count; "and who set it" splits)
     rf"|,\s*(?:also\s+|plus\s+)?(?={_LEAD}(?:whats|wheres|hows|whos|(?:{_WH})\b(?:\s+[\w'-]+){{0,3}}?\s+(?:{_AUX}|can't|won't|don't|doesn't|didn't|isn't|aren't)\b))",
     re.I,
 )
@@ -96,7 +100,7 @@ def sub_questions(question: str) -> list[SubQuestion]:
     clauses: list[tuple[str, str]] = []  # (context, asking words)
     sentences: list[str] = []
     for piece in _SENTENCE.split(masked.strip()):
-        if sentences and _NO_END.search(sentences[-1]):
+        if sentences and _NO_END.search(sentences[-1]) and not _ASKING.match(piece):
             sentences[-1] = f"{sentences[-1]} {piece}"
         else:
             sentences.append(piece)
@@ -120,7 +124,7 @@ def sub_questions(question: str) -> list[SubQuestion]:
             else:
                 merged.append(("", ", ".join(p for p in (context, short) if p)))
         clauses.extend(merged)
-    found = [(_unmask(c, spans).strip(), _unmask(t, spans).strip().rstrip("?？؟").strip()) for c, t in clauses]
+    found = [(_unmask(c, spans).strip(), _unmask(t, spans).strip().rstrip("?？؟.!。！").strip()) for c, t in clauses]
     found = [(c, t) for c, t in found if t] or [("", question.strip().rstrip("?").strip())]
     return [
         SubQuestion(text=t, index=i, asked=asked_answer_type(t), focus=question_focus(t), context=c)

@@ -32,7 +32,7 @@ from search.pipeline.gate import (
     named_terms,
 )
 from search.pipeline.passages import ClauseScores, Passage, clause_score, is_code
-from search.text import CITATION, CITATION_PREFIX, holds_term, neutralize_citations
+from search.text import CITATION, CITATION_PREFIX, STEM_CHARS, STOP_WORDS, WORD, holds_term, neutralize_citations
 from sources.connectors.slack_messages import TRANSCRIPT_KINDS
 
 logger = logging.getLogger(__name__)
@@ -270,11 +270,13 @@ MIN_STATEMENT_CHARS = 40  # a shorter prose passage is a fragment ("The same app
 # ... unless it states a field of a record: a label of up to five words, a colon, a value ("Owning
 # team: Eng Serving Runtime.", "Severity: P1"), as tickets, postmortems and forms write them.
 _FIELD_LINE = re.compile(r"^[^\W\d_][\w'()/&.-]*(?: [\w'()/&.-]+){0,4}:\s+[^\s:]")
+TYPED_RELATIVE_SCORE = 0.5  # a passage of the asked form answers a clause when it scores half its best
 NEAR_TIE = 0.95  # a later clause's passages within this share of its best are near ties (see best_passages)
 CODE_LINES_SHOWN = 12
 _SIGNATURE = re.compile(r"^\s*(?:async\s+def|def|class|func|function|export\s+(?:async\s+)?function|public|private)\b")
 _TABLE_ROW = re.compile(r"\|.*\|")
 _WORD = re.compile(r"[^\W\d_]{2,}")
+_REFERS_BACK = re.compile(r"\b(?:it|its|they|them|their|this|these|those)\b", re.I)  # a pronoun for what came before
 _LISTING = re.compile(r"^(?:Files changed|Changed files):", re.I)  # what a connector lists, not says
 
 
@@ -293,9 +295,28 @@ def _quotable(p: Passage, *, whole_only: bool = True) -> bool:
         return bool(_WORD.search(p.text))
     if _LISTING.match(p.text) or _TABLE_ROW.search(p.text):
         return False
-    if len(p.text) < MIN_STATEMENT_CHARS and not (_FIELD_LINE.match(p.text) and not introduces(p.text)):
+    if len(p.text) < MIN_STATEMENT_CHARS and not is_field_line(p.text):
         return False
     return p.whole or not whole_only
+
+
+def is_field_line(text: str) -> bool:
+    """Whether ``text`` is a record's "Label: value" line (``_FIELD_LINE``), not one introducing
+    what follows."""
+    return bool(_FIELD_LINE.match(text)) and not introduces(text)
+
+
+def _speaks_to(p: Passage, clause: ClauseScores | None) -> bool:
+    """Whether a short field line holds one of ``clause``'s words ("Owning *team*: ..." for "which
+    team owns it", "Priya (2025-02-11): *Approved*" for "who approved it"): only then is a line that
+    short an answer to it ("alice: +1", "Status: open" are none). A passage long enough to be a
+    statement, code, or no field line, passes."""
+    if len(p.text) >= MIN_STATEMENT_CHARS or p.code or not is_field_line(p.text):
+        return True
+    if clause is None:
+        return False
+    words = [w for w in WORD.findall(clause.sub.text) if len(w) > 2 and w.lower() not in STOP_WORDS]
+    return any(holds_term(p.text, w) or holds_term(p.text, w[:STEM_CHARS]) for w in words)
 
 
 _REFERENCE_END = re.compile(r"\s*\((?:#|PR\s*#?)?\d+\)$", re.I)
@@ -315,16 +336,22 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
     order.
 
     Each asked clause of the question (``passages.ClauseScores``: "what watchdog did we add" and
-    "which team owns it" are two) gets its best passage by ``passages.clause_score``, among the
-    passages holding a value of the form the clause asks for when any do; a question of one clause
-    gets up to ``EXTRACTIVE_PASSAGES`` scoring at least ``EXTRACTIVE_RELATIVE_SCORE`` of its best.
-    At most ``PER_BLOCK`` per block, from at most ``EXTRACTIVE_BLOCKS`` blocks (one more per
-    further clause). Never a heading, a table row, a fragment, a sentence introducing code that is
-    not shown, or a sentence already quoted from another block. When the question names
-    identifiers (``search.pipeline.gate.named_terms``) and some block holds one, only such blocks
-    are quoted (a citation never points at a block lacking what was asked). In a chat transcript
-    the message after a quoted one (its reply) is quoted too when it holds any of the question's
-    terms."""
+    "which team owns it" are two) gets its best passage by ``passages.clause_score``: of the
+    passages scoring at least ``TYPED_RELATIVE_SCORE`` of its best, one holding a value of the
+    form the clause asks for when any does; a later clause's near ties (``NEAR_TIE``) go to the
+    passage nearest the earlier clause's in its block; from a block no earlier clause was quoted
+    from, only a passage holding one of the clause's terms or close to it in meaning. A question
+    of one clause gets up to ``EXTRACTIVE_PASSAGES`` scoring at least
+    ``EXTRACTIVE_RELATIVE_SCORE`` of its best. At most ``PER_BLOCK`` per block (or one per
+    clause, when more), from at most ``EXTRACTIVE_BLOCKS`` blocks (one more per further clause).
+    Never a heading, a table row, a fragment (a short "Label: value" line is none when it holds a
+    word of the clause), a run of code lines holding no word, a sentence introducing code
+    that is not shown, or a sentence already quoted from another block. When a clause names
+    identifiers (``search.pipeline.gate.named_terms``, with those of the question's context
+    sentences, and the earlier clause's when it refers back with a pronoun) and some block holds
+    one, only such blocks are quoted for it (a citation never points at a block lacking what was
+    asked). In a chat transcript the message after a quoted one (its reply) is quoted too when it
+    holds any of the question's terms."""
     scored = verdict.scored
     candidates = scored.passages if scored else []
     # Whole sentences when there are any; else the excerpt's cut ones (quoted with "…").
@@ -345,17 +372,27 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
     named = named_terms(question)
     own = {id(c): set(named_terms(f"{c.sub.context} {c.sub.text}")) for c in clauses if c is not None}
 
-    def clause_named(clause: ClauseScores | None) -> list[str]:
+    def clause_named(clause: ClauseScores | None) -> tuple[list[str], list[str]]:
         # The identifiers the question names outside its other clauses: its context sentences'
-        # ("During the VPC-17 rollout, ...") bind every clause, another clause's do not.
+        # ("During the VPC-17 rollout, ...") bind every clause, another clause's do not. A clause
+        # referring back ("..., and who reviewed *it*?") is bound to the earlier clauses' too, as
+        # blocks: the passage answering it need not repeat the identifier.
         if clause is None:
-            return named
+            return named, []
         others = set().union(*(ids for key, ids in own.items() if key != id(clause)))
-        return [t for t in named if t in own[id(clause)] or t not in others]
+        mine = [t for t in named if t in own[id(clause)] or t not in others]
+        inherited: list[str] = []
+        if _REFERS_BACK.search(clause.sub.text):
+            earlier = set().union(*(own[id(c)] for c in clauses if c is not None and c.sub.index < clause.sub.index))
+            inherited = [t for t in named if t in earlier and t not in mine]
+        return mine, inherited
 
     for clause in clauses:
         taken = {id(p) for p in chosen}
-        pool = _holding_named([p for p in passages if id(p) not in taken], clause_named(clause), by_n, read)
+        mine, inherited = clause_named(clause)
+        pool = _holding_named([p for p in passages if id(p) not in taken], mine, by_n, read)
+        pool = _holding_named(pool, inherited, by_n, read, blocks_only=True)
+        pool = [p for p in pool if _speaks_to(p, clause)]
         if clause is None or scored is None:  # nothing scored per clause (a bare verdict)
             score = {id(p): passage_score(p) for p in pool}
         else:
@@ -373,13 +410,13 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
                     or clause.similarity.get(index[id(p)], 0.0) >= RELEVANT_SIMILARITY
                 ]
             # Answer-type filtering of factoid QA (Moldovan et al., ACL 2000): among the passages
-            # close to the clause's best, those holding a value of the form the clause asks for.
+            # scoring at least half the clause's best, those holding a value of the form it asks for.
             asked = clause.sub.asked
             top = max((score[id(p)] for p in pool), default=0.0)
             typed = [
                 p
                 for p in pool
-                if asked is not None and asked.held_by(p.text) and score[id(p)] >= EXTRACTIVE_RELATIVE_SCORE * top
+                if asked is not None and asked.held_by(p.text) and score[id(p)] >= TYPED_RELATIVE_SCORE * top
             ]
             pool = typed or pool
         ranked = sorted(pool, key=lambda p: (-score[id(p)], p.n, p.order))
@@ -395,7 +432,9 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
             ties = [p for p in ranked if score[id(p)] >= NEAR_TIE * best]
             # At equal distance the passage after it: a record's fields follow what they describe.
             ties.sort(
-                key=lambda p: (p.n != last.n, abs(p.order - last.order) if p.n == last.n else 0, p.order < last.order)
+                key=lambda p: (False, abs(p.order - last.order), p.order < last.order)
+                if p.n == last.n
+                else (True, 0, False)
             )
             ranked = ties + [p for p in ranked if score[id(p)] < NEAR_TIE * best]
         wanted = len(chosen) + (EXTRACTIVE_PASSAGES if len(clauses) == 1 else 1)
@@ -427,18 +466,21 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
 
 
 def _holding_named(
-    pool: list[Passage], named: Sequence[str], by_n: dict[int, Evidence], read: set[int]
+    pool: list[Passage], named: Sequence[str], by_n: dict[int, Evidence], read: set[int], *, blocks_only: bool = False
 ) -> list[Passage]:
     """``pool`` kept to the blocks holding one of the identifiers ``named`` (in their title or the
     text their passages are read from), when some block does: a citation never points at a block
-    lacking what was asked. Of those blocks, the passages holding the identifier, code, or the
-    passages read as close to the question (``Passage.similarity``) or to one of its clauses
-    (``read``: ids of passages with a clause similarity)."""
+    lacking what was asked. Of those blocks (all their passages, with ``blocks_only``), the
+    passages holding the identifier, code, or the passages read as close to the question
+    (``Passage.similarity``) or to one of its clauses (``read``: ids of passages with a clause
+    similarity)."""
     if not named:
         return pool
     holding = {n for n, ev in by_n.items() if any(holds_term(f"{ev.title}\n{ev.text}\n{ev.body}", t) for t in named)}
     if not holding:
         return pool
+    if blocks_only:
+        return [p for p in pool if p.n in holding]
     return [
         p
         for p in pool

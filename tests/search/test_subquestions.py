@@ -112,6 +112,22 @@ def test_a_full_stop_that_ends_no_sentence_does_not_split_and_other_scripts_ques
     assert _texts(question) == expected
 
 
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        ("We use Redis etc. What is the TTL, and who owns the cache?", ["What is the TTL", "who owns the cache"]),
+        ("The INC-42 outage hit Postgres 14. What caused it, and who fixed it?", ["What caused it", "who fixed it"]),
+    ],
+)
+def test_an_abbreviation_or_number_ending_a_sentence_before_a_question_ends_it(question, expected):
+    assert _texts(question) == expected
+
+
+def test_a_question_mark_inside_a_link_ends_no_sentence():
+    question = "Is https://example.com/search?q=foo down?"
+    assert _texts(question) == [question.rstrip("?")]
+
+
 def test_a_nul_in_the_question_is_no_quote_placeholder():
     found = sub_questions('What is \x000\x00 and who owns "the lock"?')
     assert [s.text for s in found][-1] == 'who owns "the lock"'
@@ -253,3 +269,20 @@ def test_a_run_of_code_lines_holding_no_word_is_never_quoted():
     block = _block(1, "exception handler error response", f"{said.text}\n{wordless.text}", kind="code_chunk")
     verdict = Verdict(status="answered", scored=ScoredEvidence(weights={}, passages=[wordless, said]))
     assert [p.text for p in best_passages(question, [block], verdict)] == [said.text]
+
+
+@pytest.mark.django_db
+def test_a_clause_referring_back_is_not_answered_from_a_block_lacking_the_earlier_identifier():
+    from search.pipeline.synthesizer import extractive_answer
+
+    question = "What did PR-4821 change in the retry loop, and who reviewed it?"
+    ours = ("PR-4821 changed the retry loop to back off exponentially with jitter. "
+            "Dana Whitfield approved the change before the release.")  # fmt: skip
+    other = "Lee Okafor reviewed the logging pull request and approved it after two rounds of comments."
+    evidence = [
+        _block(1, "PR-4821 retry backoff", ours, lexical_rank=1, dense_rank=1, similarity=0.7),
+        _block(2, "Logging pull request", other, lexical_rank=2, dense_rank=2, similarity=0.6),
+    ]
+    answer = extractive_answer(question, evidence, verdict=scored_verdict(question, evidence))
+    assert "exponentially" in answer.text and "Dana Whitfield" in answer.text, answer.text
+    assert "Lee Okafor" not in answer.text and "[2]" not in answer.text, answer.text
