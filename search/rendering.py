@@ -67,3 +67,24 @@ def answer_html(text: str, cited: Iterable[int] = ()) -> SafeString:
         link_rel="noopener noreferrer",
     )
     return mark_safe(clean)  # noqa: S308 - cleaned by nh3 just above
+
+
+# CommonMark's backslash escapes (spec 0.31, section 2.4: a backslash before ASCII punctuation), and
+# what keeps them literal: fenced code blocks and code spans.
+_BACKSLASH_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
+_LITERAL = re.compile(r"^[ ]{0,3}(`{3,}|~{3,})[^\n]*\n.*?^[ ]{0,3}\1[ \t]*$|(`+)(?:(?!\2).)+?\2", re.M | re.S)
+
+
+def answer_terminal_text(text: str) -> str:
+    """An answer's Markdown as a terminal shows it: backslash escapes written so that Markdown shows
+    a name as written (``shown\\_path``, ``\\*args``) printed as the name (``shown_path``), except
+    inside code spans and fenced code, where they are what the code says. Everything else (code
+    fences, ``[n]`` citations, list markers) is left as written: it reads as plain text."""
+    out: list[str] = []
+    pos = 0
+    for match in _LITERAL.finditer(text):
+        out.append(_BACKSLASH_ESCAPE.sub(r"\1", text[pos : match.start()]))
+        out.append(match.group(0))
+        pos = match.end()
+    out.append(_BACKSLASH_ESCAPE.sub(r"\1", text[pos:]))
+    return "".join(out)

@@ -315,3 +315,30 @@ def test_when_only_cut_sentences_answer_they_are_quoted_marked_as_cut():
     draft = extractive_answer(question, [block], verdict=scored_verdict(question, [block]))
     assert draft.answers
     assert draft.text == "…a query with no tenant set sees nothing, and an insert for another tenant is refused [1]…"
+
+
+@pytest.mark.parametrize(
+    ("markdown", "shown"),
+    [
+        (r"Set `KB\_SECRETS\_KEY` or call shown\_path [1].", r"Set `KB\_SECRETS\_KEY` or call shown_path [1]."),
+        (r"\*args and \[draft\] stay text; C:\\temp too", r"*args and [draft] stay text; C:\temp too"),
+        ("```python\nname = r'a\\_b'\n```\nthen my\\_var [2]", "```python\nname = r'a\\_b'\n```\nthen my_var [2]"),
+        (r"a backslash before a letter \d stays", r"a backslash before a letter \d stays"),
+    ],
+)
+def test_the_terminal_shows_names_as_written_and_code_as_the_code_says(markdown, shown):
+    from search.rendering import answer_terminal_text
+
+    assert answer_terminal_text(markdown) == shown
+
+
+@pytest.mark.django_db
+def test_manage_ask_prints_the_answer_without_markdown_escapes(kb, capsys):
+    from django.core.management import call_command
+
+    # The closest sources are listed by title, escaped for Markdown (compute\_backoff).
+    call_command(
+        "ask", "How much does the backoff of billing retries cost per month in dollars?", "--tenant", "kb-acme"
+    )
+    out = capsys.readouterr().out
+    assert "Closest, not answering" in out and "compute_backoff" in out and "compute\\_backoff" not in out, out

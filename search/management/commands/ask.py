@@ -6,6 +6,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from projects.selectors import ScopeNotFound
+from search.rendering import answer_terminal_text
 from search.retrieval import InvalidQuery
 from search.services import ask
 from sources.selectors import scope_for_operator, scope_for_user
@@ -37,7 +38,7 @@ class Command(BaseCommand):
             self.stdout.write(_json_dumps(result.as_dict()))
             return
         self.stdout.write(self.style.MIGRATE_HEADING(f"Q: {result.question}"))
-        self.stdout.write(result.answer.text)
+        self.stdout.write(answer_terminal_text(result.answer.text))
         tools = ", ".join(
             f"{t['tool']} ({t.get('rows', 0)} rows)" if "error" not in t else f"{t['tool']} (failed: {t['error']})"
             for t in result.tools_run

@@ -25,6 +25,7 @@ from django.core.management.base import BaseCommand, CommandError
 from kbportal.tenancy import tenant_context
 from projects.services import tenant_onboard
 from search.evaluation import fastapi_source_checkout
+from search.rendering import answer_terminal_text
 from search.services import ask
 from sources.models import DataSource, IngestionRun
 from sources.selectors import scope_for_user
@@ -92,7 +93,7 @@ class Command(BaseCommand):
             for question in SAMPLE_QUESTIONS:
                 result = ask(question, scope)
                 self.stdout.write(self.style.MIGRATE_HEADING(f"\nQ: {question}"))
-                self.stdout.write(result.answer.text)
+                self.stdout.write(answer_terminal_text(result.answer.text))
                 for ev in result.sources or result.evidence[:3]:
                     self.stdout.write(f"  [{ev.n}] {ev.title} — {ev.url}")
                 self.stdout.write(f"  ({result.timings_ms['total']:.0f} ms, tools: {', '.join(result.plan['tools'])})")
