@@ -370,6 +370,8 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
     blocks_allowed = EXTRACTIVE_BLOCKS + len(clauses) - 1
     per_block_allowed = max(PER_BLOCK, len(clauses))
     named = named_terms(question)
+    # Each identifier looked for once in each block's title and read text (bodies run to 100 KB).
+    blocks = {t: {n for n, ev in by_n.items() if holds_term(f"{ev.title}\n{ev.text}\n{ev.body}", t)} for t in named}
     own = {id(c): set(named_terms(f"{c.sub.context} {c.sub.text}")) for c in clauses if c is not None}
 
     def clause_named(clause: ClauseScores | None) -> tuple[list[str], list[str]]:
@@ -390,8 +392,8 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
     for clause in clauses:
         taken = {id(p) for p in chosen}
         mine, inherited = clause_named(clause)
-        pool = _holding_named([p for p in passages if id(p) not in taken], mine, by_n, read)
-        pool = _holding_named(pool, inherited, by_n, read, blocks_only=True)
+        pool = _holding_named([p for p in passages if id(p) not in taken], mine, blocks, read)
+        pool = _holding_named(pool, inherited, blocks, read, blocks_only=True)
         pool = [p for p in pool if _speaks_to(p, clause)]
         if clause is None or scored is None:  # nothing scored per clause (a bare verdict)
             score = {id(p): passage_score(p) for p in pool}
@@ -466,17 +468,18 @@ def best_passages(question: str, evidence: Sequence[Evidence], verdict: Verdict)
 
 
 def _holding_named(
-    pool: list[Passage], named: Sequence[str], by_n: dict[int, Evidence], read: set[int], *, blocks_only: bool = False
+    pool: list[Passage], named: Sequence[str], blocks: dict[str, set[int]], read: set[int], *, blocks_only: bool = False
 ) -> list[Passage]:
     """``pool`` kept to the blocks holding one of the identifiers ``named`` (in their title or the
     text their passages are read from), when some block does: a citation never points at a block
-    lacking what was asked. Of those blocks (all their passages, with ``blocks_only``), the
+    lacking what was asked (``blocks``: for each identifier, the numbers of the blocks holding
+    it). Of those blocks (all their passages, with ``blocks_only``), the
     passages holding the identifier, code, or the passages read as close to the question
     (``Passage.similarity``) or to one of its clauses (``read``: ids of passages with a clause
     similarity)."""
     if not named:
         return pool
-    holding = {n for n, ev in by_n.items() if any(holds_term(f"{ev.title}\n{ev.text}\n{ev.body}", t) for t in named)}
+    holding = set().union(*(blocks[t] for t in named))
     if not holding:
         return pool
     if blocks_only:
