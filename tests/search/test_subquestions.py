@@ -18,6 +18,13 @@ def _texts(question: str) -> list[str]:
     return [s.text for s in sub_questions(question)]
 
 
+def _extract(question: str, evidence: list):
+    """The extractive answer to ``question`` over ``evidence``, its passages scored by terms alone."""
+    from search.pipeline.synthesizer import extractive_answer
+
+    return extractive_answer(question, evidence, verdict=scored_verdict(question, evidence))
+
+
 def test_two_questions_joined_by_and_are_two_clauses():
     assert _texts("What watchdog did we add after the outage, and which team owns it?") == [
         "What watchdog did we add after the outage",
@@ -137,8 +144,6 @@ def test_a_nul_in_the_question_is_no_quote_placeholder():
 def test_the_answer_quotes_a_passage_for_each_asked_clause():
     """The second clause's answer sits in the same document, below passages about the first: a
     ranking by the whole question alone fills the answer with the first clause's passages."""
-    from search.pipeline.synthesizer import extractive_answer
-
     question = "What watchdog did we add to the payment queue, and which team owns the watchdog?"
     text = (
         "After the outage we added a watchdog to the payment queue that restarts stalled consumers. "
@@ -148,7 +153,7 @@ def test_the_answer_quotes_a_passage_for_each_asked_clause():
         "Ownership: the Platform Reliability team owns the watchdog and its alerts."
     )
     block = _block(1, "Payment queue watchdog", text, lexical_rank=1, dense_rank=1, similarity=0.8)
-    answer = extractive_answer(question, [block], verdict=scored_verdict(question, [block]))
+    answer = _extract(question, [block])
     assert "restarts stalled consumers" in answer.text or "checks consumer heartbeats" in answer.text, answer.text
     assert "Platform Reliability" in answer.text, answer.text
 
@@ -157,15 +162,13 @@ def test_the_answer_quotes_a_passage_for_each_asked_clause():
 def test_a_clause_answered_beyond_the_blocks_excerpt_is_read_from_the_whole_row():
     """The reader's excerpt (``Evidence.text``) was chosen for the whole question; the answer to
     its second clause sits further on in the same row (``Evidence.body``) and is quoted from there."""
-    from search.pipeline.synthesizer import extractive_answer
-
     question = "How do I rotate the signing key, and how long is the old key still accepted?"
     head = "To rotate the signing key, run `kb keys rotate` on the primary; replicas pick up the new key."
     filler = " ".join(f"Step {i}: the operator checks dashboard panel {i} for errors." for i in range(40))
     tail = "After a rotation the old key is still accepted for 48 hours, then it is revoked."
     body = f"{head} {filler} {tail}"
     block = _block(1, "Signing keys", head, lexical_rank=1, dense_rank=1, similarity=0.8, body=body)
-    answer = extractive_answer(question, [block], verdict=scored_verdict(question, [block]))
+    answer = _extract(question, [block])
     assert "kb keys rotate" in answer.text, answer.text
     assert "48 hours" in answer.text, answer.text
 
@@ -174,8 +177,6 @@ def test_a_clause_answered_beyond_the_blocks_excerpt_is_read_from_the_whole_row(
 def test_a_later_clause_is_answered_by_the_field_line_beside_the_earlier_clauses_answer():
     """Action items each with their owner: "which team owns it" is the owner line after the
     item the first clause found, though every owner line covers the clause as well."""
-    from search.pipeline.synthesizer import extractive_answer
-
     question = "What watchdog did we commit to adding to the stream proxy, and which team owns it?"
     text = (
         "Action items from the review of the stream proxy hang.\n\n"
@@ -185,7 +186,7 @@ def test_a_later_clause_is_answered_by_the_field_line_beside_the_earlier_clauses
         "3) Document the flush configuration of every proxy pool for on-call engineers.\n\nOwning team: Eng Platform."
     )
     block = _block(1, "Stream proxy hang postmortem", text, lexical_rank=1, dense_rank=1, similarity=0.8)
-    answer = extractive_answer(question, [block], verdict=scored_verdict(question, [block]))
+    answer = _extract(question, [block])
     assert "runtime-side watchdog" in answer.text, answer.text
     assert "Eng Serving Runtime" in answer.text, answer.text
     assert "Eng SRE" not in answer.text and "Eng Platform" not in answer.text, answer.text
@@ -193,8 +194,6 @@ def test_a_later_clause_is_answered_by_the_field_line_beside_the_earlier_clauses
 
 @pytest.mark.django_db
 def test_a_clause_nothing_in_the_evidence_speaks_to_gets_no_quote_from_an_unrelated_document():
-    from search.pipeline.synthesizer import extractive_answer
-
     question = "How do I rotate the signing key, and who won the company softball final?"
     keys = "To rotate the signing key, run `kb keys rotate` on the primary; replicas pick up the new key."
     notes = "Release notes for the billing export list the new CSV columns added this quarter."
@@ -202,22 +201,20 @@ def test_a_clause_nothing_in_the_evidence_speaks_to_gets_no_quote_from_an_unrela
         _block(1, "Signing keys", keys, lexical_rank=1, dense_rank=1, similarity=0.8),
         _block(2, "Billing export", notes, lexical_rank=2, dense_rank=2, similarity=0.4),
     ]
-    answer = extractive_answer(question, evidence, verdict=scored_verdict(question, evidence))
+    answer = _extract(question, evidence)
     assert "kb keys rotate" in answer.text, answer.text
     assert "billing export" not in answer.text, answer.text
 
 
 @pytest.mark.django_db
 def test_an_identifier_one_clause_names_does_not_keep_the_other_clause_from_its_own_document():
-    from search.pipeline.synthesizer import extractive_answer
-
     question = "What broke outbound traffic in the VPC-17 incident, and what is the total due on the Acme invoice?"
     said = "In the VPC-17 incident a route table change broke outbound traffic through the NAT gateway."
     incident = _block(1, "VPC-17 postmortem", said, lexical_rank=1, dense_rank=1, similarity=0.7)
     billed = "Invoice for Acme Cloud Services, February. Total due on the Acme invoice: $12,345.00, payable in 30 days."
     invoice = _block(2, "Acme invoice", billed, lexical_rank=2, dense_rank=2, similarity=0.6)
     evidence = [incident, invoice]
-    answer = extractive_answer(question, evidence, verdict=scored_verdict(question, evidence))
+    answer = _extract(question, evidence)
     assert "route table" in answer.text, answer.text
     assert "$12,345.00" in answer.text, answer.text
 
@@ -226,8 +223,6 @@ def test_an_identifier_one_clause_names_does_not_keep_the_other_clause_from_its_
 def test_an_identifier_of_a_context_sentence_binds_every_clause():
     """The context names the incident; both clauses ask about it, and another incident's page
     answering "what was the root cause" in the same words is no answer."""
-    from search.pipeline.synthesizer import extractive_answer
-
     question = "During the VPC-17 rollout, tenants saw 401s. What was the root cause, and what fix resolved it?"
     ours = ("In the VPC-17 rollout the root cause was a TLS renegotiation setting that broke older clients. "
             "The fix that resolved the VPC-17 failures was rolling back the TLS library change.")  # fmt: skip
@@ -236,15 +231,13 @@ def test_an_identifier_of_a_context_sentence_binds_every_clause():
         _block(1, "VPC-17 rollout postmortem", ours, lexical_rank=1, dense_rank=1, similarity=0.7),
         _block(2, "March outage postmortem", other, lexical_rank=2, dense_rank=2, similarity=0.6),
     ]
-    answer = extractive_answer(question, evidence, verdict=scored_verdict(question, evidence))
+    answer = _extract(question, evidence)
     assert "TLS renegotiation" in answer.text and "rolling back" in answer.text, answer.text
     assert "cache flush" not in answer.text, answer.text
 
 
 @pytest.mark.django_db
 def test_three_clauses_answered_in_one_document_get_three_quotes():
-    from search.pipeline.synthesizer import extractive_answer
-
     question = "Which PO did finance add to the invoice, what GL code is the invoice coded to, and when is it paid?"
     text = (
         "Finance added PO R-9987 to the corrected invoice from the vendor. "
@@ -252,7 +245,7 @@ def test_three_clauses_answered_in_one_document_get_three_quotes():
         "It is paid in the payment run on 2026-03-17, as the terms are net thirty."
     )
     block = _block(1, "Vendor invoice thread", text, lexical_rank=1, dense_rank=1, similarity=0.7)
-    answer = extractive_answer(question, [block], verdict=scored_verdict(question, [block]))
+    answer = _extract(question, [block])
     for value in ("R-9987", "GL 5-1200", "2026-03-17"):
         assert value in answer.text, answer.text
 
@@ -273,8 +266,6 @@ def test_a_run_of_code_lines_holding_no_word_is_never_quoted():
 
 @pytest.mark.django_db
 def test_a_clause_referring_back_is_not_answered_from_a_block_lacking_the_earlier_identifier():
-    from search.pipeline.synthesizer import extractive_answer
-
     question = "What did PR-4821 change in the retry loop, and who reviewed it?"
     ours = ("PR-4821 changed the retry loop to back off exponentially with jitter. "
             "Dana Whitfield approved the change before the release.")  # fmt: skip
@@ -283,6 +274,6 @@ def test_a_clause_referring_back_is_not_answered_from_a_block_lacking_the_earlie
         _block(1, "PR-4821 retry backoff", ours, lexical_rank=1, dense_rank=1, similarity=0.7),
         _block(2, "Logging pull request", other, lexical_rank=2, dense_rank=2, similarity=0.6),
     ]
-    answer = extractive_answer(question, evidence, verdict=scored_verdict(question, evidence))
+    answer = _extract(question, evidence)
     assert "exponentially" in answer.text and "Dana Whitfield" in answer.text, answer.text
     assert "Lee Okafor" not in answer.text and "[2]" not in answer.text, answer.text
