@@ -292,6 +292,22 @@ _IRREGULAR_PAST = frozenset(
     "went broke made took came ran got led told said became left brought began fell gone broken done taken".split()
 )
 _HAPPEN = frozenset("happen happens happened".split())
+# After an auxiliary, a past participle the regular pattern misses ("What was *sent* to the vendor?").
+_IRREGULAR_PARTICIPLES = frozenset(
+    """cut set put hit shut split lost found sent built kept held shown seen given written chosen known spent paid
+    sold""".split()
+)
+# "get" as the passive's auxiliary ("What *got* merged", "What is *getting* renamed").
+_PASSIVE_GET = frozenset("get gets getting got gotten".split())
+# Adverbs that stand between the question word and its verb ("What *really* changed ...?", "Who
+# *originally* wrote ...?"): no part of the phrase.
+_ADVERBS = frozenset(
+    """actually really exactly finally ever just originally eventually ultimately initially basically specifically
+    officially currently usually typically recently precisely roughly approximately still already even also then
+    now""".split()
+)
+# After "who", a linking verb names no act ("Who *remains* owner ...": a role, as "Who is the owner").
+_LINKING_VERBS = frozenset("become becomes became remain remains remained stay stays stayed".split())
 _REGULAR_PAST = re.compile(r"[a-z]{2,}[^e]ed")
 _FORMAT_CHARACTERS = re.compile(r"[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")  # invisible
 _WORD_SHAPE = re.compile(r"[^\W\d_][\w'’-]{1,39}")  # a word: a letter first, 2 to 40 characters
@@ -327,18 +343,29 @@ def question_focus(question: str) -> str | None:
         return None
     words = [re.sub(r"['’]s$", "", w.strip(".,?!:;'\"’").lower()) for w in _FOCUS_WORD.findall(text[match.end() :])]
     words = [w if _WORD_SHAPE.fullmatch(w) or w in ("s", "re") else "," for w in words if w]
+    lead = 0  # the auxiliaries and adverbs right after the question word: adverbs dropped
+    while lead < len(words) and (words[lead] in _AUXILIARIES or words[lead] in _ADVERBS):
+        if words[lead] in _ADVERBS:
+            del words[lead]
+        else:
+            lead += 1
     if not words or words[0] in _LIGHT_NOUNS or words[0] in _DOCUMENT_NOUNS or words[0] in _DO_SUPPORT:
         return None
     if match.group(1).lower() in ("who", "whom"):
         rest = words[1:] if words[0] in _MODALS or words[0] == "else" else words
-        if rest and rest[0] not in _AUXILIARIES and rest[0] not in _FOCUS_ENDS and rest[0] != ",":
+        if rest and rest[0] in _LINKING_VERBS:
+            words = ["is", *rest[1:]]  # "Who stays *owner* of ...": as "Who is ..."
+        elif rest and rest[0] not in _AUXILIARIES and rest[0] not in _FOCUS_ENDS and rest[0] != ",":
             return rest[0] if rest[0] not in _NOT_FOCUS else None
     if words[0] not in _AUXILIARIES and words[0] not in _DETERMINERS and words[1:2] and words[1] in _DETERMINERS:
         return None  # "What *caused* the outage?": "what" is the subject of a verb, the asked thing unnamed
     k = 0  # past "has", "was", "'s": "What has *changed*", "What was *deployed* on Friday?"
-    while k < len(words) - 1 and words[k] in _AUXILIARIES:
+    while k < len(words) - 1 and (words[k] in _AUXILIARIES or words[k] in _PASSIVE_GET):
         k += 1
-    if match.group(1).lower() == "what" and _is_verb(words[k], words[k + 1] if k + 1 < len(words) else ","):
+    after = words[k + 1] if k + 1 < len(words) else ","
+    if match.group(1).lower() == "what" and (
+        _is_verb(words[k], after) or (k > 0 and words[k] in _IRREGULAR_PARTICIPLES)
+    ):
         return None  # "What *happened* to p99 ...?", "What *changed* in 0.140?": the same
     i = 0
     while i < len(words) and (words[i] in _AUXILIARIES or words[i] in _DETERMINERS):
@@ -357,6 +384,8 @@ def question_focus(question: str) -> str | None:
         word = words[i]
         if word in _FOCUS_ENDS or word == "," or (phrase and word in _AUXILIARIES):
             break
+        if phrase and i + 1 < len(words) and words[i + 1] in _DETERMINERS - {"one", "first", "last"}:
+            break  # "Which service *calls* the ...", "What tool *builds* the ...": a verb and its object
         if word not in _DETERMINERS and word not in _AUXILIARIES:
             phrase.append(word)
         i += 1

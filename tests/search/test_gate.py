@@ -446,6 +446,12 @@ def test_a_slow_sufficiency_judgement_is_abandoned_for_the_model(kb, settings):
         ("What was deployed on Friday?", None),
         ("How many engineers work on the billing service?", "engineers"),  # "how many" counts a plural
         ("How many people attended the review?", None),
+        ("Who originally wrote the billing client?", "wrote"),  # an adverb is no part of the phrase
+        ("What really changed in the 4.2 release?", None),
+        ("What was sent to the vendor?", None),  # an irregular participle: "what" is its subject
+        ("What got fixed in the 4.2 release?", None),  # "get" as the passive's auxiliary
+        ("Who remains owner of the billing client?", "owner"),  # a linking verb names a role, not an act
+        ("Which service calls the billing client?", "service"),  # a verb and its object end the phrase
     ],
 )
 def test_question_focus_names_what_the_question_asks_about(question, focus):
