@@ -6,14 +6,21 @@ in the way its ``action`` says. The extractive answer quotes the evidence, so th
 look for what a language model may invent apply to LLM drafts only (``llm_only``).
 
 - ``uncited``: an LLM answer citing no evidence that does not say the sources lack the answer;
-  each sentence a block supports gets its ``[n]``, and when none is, the answer becomes a decline
-  naming the closest sources.
+  each sentence a block supports gets its ``[n]``; when none is, the draft cannot stand.
 - ``unsupported_names``: code, field or ``#channel`` names no evidence block (nor the question)
-  holds; the answer opens with a note naming them and counts as declined.
-- ``unstated_type``: no value of the form the question asks for (a Slack channel, a count, ...);
-  a note, declined.
+  holds.
+- ``unstated_type``: no value of the form the question asks for (a Slack channel, a count, ...).
 - ``ungrounded_values``: an asked-for channel, email, link or version none of the cited blocks
-  holds; a note naming them, declined.
+  holds.
+
+A draft that cannot stand is **replaced by the extractive answer** (the passages that answer the
+question, quoted with their ``[n]``) when the gate found the evidence answers the question
+(``Verdict.answered``): the gate decides whether the sources answer, and the model's failure to
+write a grounded answer from them is no reason to decline what they answer. Otherwise (a partial
+verdict, or no extractive answer to give) the answer opens with the check's note and counts as
+declined; an uncited draft becomes a decline naming the closest sources. Grounded fallback in the
+spirit of attribution-then-revision (Gao et al., "RARR", ACL 2023): what the model wrote that the
+evidence does not support is not shown as an answer.
 """
 
 from __future__ import annotations
@@ -26,7 +33,14 @@ from dataclasses import dataclass, field
 from search.pipeline.answer_types import asked_answer_type, ungrounded_values_note, unstated_type_note
 from search.pipeline.evidence import Evidence, evidence_text
 from search.pipeline.gate import Verdict, text_declines
-from search.pipeline.synthesizer import CLOSEST_HEADER, LLM_EVIDENCE_BLOCKS, Draft, closest_lines, prompt_text
+from search.pipeline.synthesizer import (
+    CLOSEST_HEADER,
+    LLM_EVIDENCE_BLOCKS,
+    Draft,
+    closest_lines,
+    extractive_answer,
+    prompt_text,
+)
 from search.text import content_terms
 
 logger = logging.getLogger(__name__)
@@ -55,13 +69,16 @@ class Answer:
 @dataclass
 class Finding:
     """What a check found: ``note`` opens the answer (a decline); ``replace`` replaces its text
-    and citations (``cited``); ``declines`` marks the answer declined; ``error`` says what changed."""
+    and citations (``cited``); ``declines`` marks the answer declined; ``error`` says what changed.
+    ``grounded_fallback``: the draft cannot stand, and under an answered verdict the extractive
+    answer replaces it (module docstring) instead of the note or replacement."""
 
     error: str
     note: str = ""
     replace: str | None = None
     cited: list[int] | None = None
     declines: bool = True
+    grounded_fallback: bool = True
 
 
 @dataclass(frozen=True)
@@ -139,6 +156,7 @@ def check_uncited(c: CheckInput) -> Finding | None:
             replace=text,
             cited=cited,
             declines=False,
+            grounded_fallback=False,
         )
     logger.info("LLM answer cited no evidence; declining instead: %.200s", c.text)
     return Finding(
@@ -307,25 +325,26 @@ CHECKS: tuple[AnswerCheck, ...] = (
     AnswerCheck(
         "uncited",
         "an LLM answer citing no evidence that does not say the sources lack the answer",
-        "cites each sentence a block supports; declines, naming the closest sources, when none is",
+        "cites each sentence a block supports; when none is: the extractive answer under an answered verdict, "
+        "else a decline naming the closest sources",
         check_uncited,
     ),
     AnswerCheck(
         "unsupported_names",
         "code, field or #channel names that no evidence block nor the question holds",
-        "opens with a note naming them; declined",
+        "the extractive answer under an answered verdict, else a note naming them; declined",
         check_unsupported_names,
     ),
     AnswerCheck(
         "unstated_type",
         "no value of the form the question asks for (Slack channel, email, link, version, count)",
-        "opens with a note saying so; declined",
+        "the extractive answer under an answered verdict, else a note saying so; declined",
         check_unstated_type,
     ),
     AnswerCheck(
         "ungrounded_values",
         "an asked-for channel, email, link or version that none of the cited blocks holds",
-        "opens with a note naming them; declined",
+        "the extractive answer under an answered verdict, else a note naming them; declined",
         check_ungrounded_values,
     ),
 )
@@ -336,9 +355,11 @@ def check_answer(question: str, evidence: Sequence[Evidence], verdict: Verdict, 
 
     ``answered`` is true only for a draft that sets out to answer, under an ``answered`` verdict,
     whose text cites evidence and does not itself decline, and that no check marked declined.
-    A check's note is added after the gate's; a replacement ends the loop (nothing is left to check)."""
+    A check's note is added after the gate's; a replacement ends the loop (nothing is left to check).
+    A finding with ``grounded_fallback`` under an answered verdict replaces the draft with the
+    extractive answer when that answer passes every check, and ends the loop."""
     body = draft.text[len(draft.note) :].lstrip() if draft.note and draft.text.startswith(draft.note) else draft.text
-    text, cited = body, list(draft.cited)
+    text, cited, synthesizer = body, list(draft.cited), draft.synthesizer
     notes: list[str] = []
     applied: list[str] = []
     errors = [draft.error] if draft.error else []
@@ -352,6 +373,16 @@ def check_answer(question: str, evidence: Sequence[Evidence], verdict: Verdict, 
         if finding is None:
             continue
         applied.append(check.name)
+        if finding.grounded_fallback and verdict.answered:
+            grounded = extractive_answer(question, list(evidence), verdict=verdict)
+            again = CheckInput(
+                question=question, evidence=evidence, verdict=verdict, text=grounded.text, cited=grounded.cited
+            )
+            if grounded.answers and grounded.cited and not any(other.run(again) for other in CHECKS):
+                logger.info("LLM answer failed check %s; answered extractively", check.name)
+                errors.append(f"{finding.error.split(';')[0]}; the answer quotes the sources instead")
+                text, cited, synthesizer = grounded.text, list(grounded.cited), grounded.synthesizer
+                break
         errors.append(finding.error)
         declined = declined or finding.declines
         if finding.note:
@@ -363,12 +394,12 @@ def check_answer(question: str, evidence: Sequence[Evidence], verdict: Verdict, 
     opening = " ".join([n for n in [draft.note] if n] + notes)
     final = f"{opening}\n\n{text}" if opening else text
     # An extractive answer quotes the evidence: a quoted "not found" is no decline of its own.
-    own_decline = draft.synthesizer == "llm" and text_declines(text)
+    own_decline = synthesizer == "llm" and text_declines(text)
     answered = draft.answers and verdict.answered and not declined and bool(cited) and not own_decline
     return Answer(
         text=final,
         cited=cited,
-        synthesizer=draft.synthesizer,
+        synthesizer=synthesizer,
         answered=answered,
         removed_citations=draft.removed_citations,
         error=errors[0] if len(errors) == 1 else "; ".join(errors),

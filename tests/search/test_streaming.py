@@ -188,10 +188,12 @@ def test_llm_refusing_before_any_token_streams_the_extractive_answer(kb, setting
 
 
 @pytest.mark.django_db
-def test_an_llm_answer_citing_no_evidence_is_replaced_by_a_decline(kb, settings):
-    """A draft with no [n] is not grounded in the evidence (a small model invents a field name
-    for a question the sources cannot answer): the answer declines and points at the closest
-    sources instead. A draft that itself says the sources lack the answer is kept as written."""
+def test_an_llm_answer_citing_no_evidence_is_replaced_by_the_sources_own_words_or_a_decline(kb, settings):
+    """A draft with no [n] is not grounded in the evidence (a small model invents a field name).
+    When the gate found the evidence answers the question, the extractive answer (the runbook's
+    own sentence, cited) replaces it; when the evidence answers only in part, the answer declines
+    and points at the closest sources. A draft that itself says the sources lack the answer is
+    kept as written."""
     from search.pipeline.checks import UNCITED_NOTE
     from search.pipeline.gate import text_declines
 
@@ -204,9 +206,15 @@ def test_an_llm_answer_citing_no_evidence_is_replaced_by_a_decline(kb, settings)
 
     with FakeOpenAIServer(responder) as server:
         _use(settings, server)
-        events = _events("How do I deploy the billing service?", scope_for_user(kb.acme.admin))
-        done = events[-1].data
-        assert done["text"].startswith(UNCITED_NOTE) and "build_sequence" not in done["text"]
+        done = _events("How do I deploy the billing service?", scope_for_user(kb.acme.admin))[-1].data
+        runbook = next(s["n"] for s in done["sources"] if s["external_id"] == "runbook#deploy")
+        assert "build_sequence" not in done["text"] and "make release" in done["text"]
+        assert f"[{runbook}]" in done["text"] and done["answered"] is True and done["synthesizer"] == "extractive"
+        assert done["fallback"] and "quotes the sources instead" in done["error"] and done["checks"] == ["uncited"]
+
+        partial = "Who approves a deploy of the billing service?"  # the runbook never says: partial
+        done = _events(partial, scope_for_user(kb.acme.admin))[-1].data
+        assert UNCITED_NOTE in done["text"] and "build_sequence" not in done["text"]
         assert text_declines(done["text"]) and done["answered"] is False
         assert done["fallback"] and "cited none of the evidence" in done["error"]
         assert done["cited"] == [] and done["sources"] == [] and "Closest, not answering:" in done["text"]
@@ -307,8 +315,10 @@ def test_a_slack_channel_the_evidence_does_not_name_is_invented():
 @pytest.mark.django_db
 def test_an_uncited_draft_the_evidence_supports_gets_citations_and_an_invented_name_is_flagged(kb, settings):
     """A small model often answers from the evidence without writing [n]: its supported sentences
-    are cited to the block holding their words. A cited answer naming a field no block holds
-    opens with a note saying the sources do not mention it, and counts as declined."""
+    are cited to the block holding their words. A cited answer naming a field no block holds is
+    replaced by the sources' own words when the evidence answers the question; when it answers
+    only in part, the draft opens with a note saying the sources do not mention the field, and
+    counts as declined."""
     from search.pipeline.gate import text_declines
 
     drafts = {"answer": ["Run make release from the ops ", "repository. It needs the BILLING_DEPLOY_TOKEN secret."]}
@@ -329,7 +339,13 @@ def test_an_uncited_draft_the_evidence_supports_gets_citations_and_an_invented_n
 
         drafts["answer"] = [f"Run make release [{runbook}]. Set `billing_deploy_key` first [{runbook}]."]
         done = _events("How do I deploy the billing service?", scope_for_user(kb.acme.admin))[-1].data
-        assert done["text"].startswith("The sources do not mention “billing_deploy_key”")
+        assert "billing_deploy_key" not in done["text"] and "BILLING\\_DEPLOY\\_TOKEN" in done["text"]
+        assert done["answered"] is True and done["cited"] == [runbook] and done["synthesizer"] == "extractive"
+        assert done["checks"] == ["unsupported_names"] and "quotes the sources instead" in done["error"]
+
+        # Evidence answering only in part: the draft stays, opening with the note, and declines.
+        done = _events("Who approves a deploy of the billing service?", scope_for_user(kb.acme.admin))[-1].data
+        assert "The sources do not mention “billing_deploy_key”" in done["text"]
         assert text_declines(done["text"]) and done["answered"] is False and done["cited"] == [runbook]
 
 
