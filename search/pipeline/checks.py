@@ -17,7 +17,7 @@ A draft that cannot stand is **replaced by the extractive answer** (the passages
 question, quoted with their ``[n]``) when the gate found the evidence answers the question
 (``Verdict.answered``): the gate decides whether the sources answer, and the model's failure to
 write a grounded answer from them is no reason to decline what they answer. Otherwise (a partial
-verdict, or no extractive answer to give) the answer opens with the check's note and counts as
+verdict, or no extractive answer that passes every check) the answer opens with the check's note and counts as
 declined; an uncited draft becomes a decline naming the closest sources. Grounded fallback in the
 spirit of attribution-then-revision (Gao et al., "RARR", ACL 2023): what the model wrote that the
 evidence does not support is not shown as an answer.
@@ -380,7 +380,9 @@ def check_answer(question: str, evidence: Sequence[Evidence], verdict: Verdict, 
             )
             if grounded.answers and grounded.cited and not any(other.run(again) for other in CHECKS):
                 logger.info("LLM answer failed check %s; answered extractively", check.name)
-                errors.append(f"{finding.error.split(';')[0]}; the answer quotes the sources instead")
+                errors.append(
+                    f"the language model's answer failed the {check.name} check; the answer quotes the sources instead"
+                )
                 text, cited, synthesizer = grounded.text, list(grounded.cited), grounded.synthesizer
                 break
         errors.append(finding.error)
