@@ -308,6 +308,13 @@ _ADVERBS = frozenset(
 )
 # After "who", a linking verb names no act ("Who *remains* owner ...": a role, as "Who is the owner").
 _LINKING_VERBS = frozenset("become becomes became remain remains remained stay stays stayed".split())
+# A verb and "to be" (or "being") that link like "is" ("What *turned out to be* the cause?", "Who
+# *ended up being* the owner?"; catenative verbs, Huddleston and Pullum, The Cambridge Grammar of
+# the English Language, 2002, ch. 14).
+_CATENATIVE_LINK = re.compile(
+    r"(?:turn(?:s|ed)? out|prove[sd]?|proven|seem(?:s|ed)?|appear(?:s|ed)?|happen(?:s|ed)?) to be\b"
+    r"|end(?:s|ed)? up (?:being|as)\b"
+)
 _REGULAR_PAST = re.compile(r"[a-z]{2,}[^e]ed")
 _FORMAT_CHARACTERS = re.compile(r"[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")  # invisible
 _WORD_SHAPE = re.compile(r"[^\W\d_][\w'’-]{1,39}")  # a word: a letter first, 2 to 40 characters
@@ -343,6 +350,9 @@ def question_focus(question: str) -> str | None:
         return None
     words = [re.sub(r"['’]s$", "", w.strip(".,?!:;'\"’").lower()) for w in _FOCUS_WORD.findall(text[match.end() :])]
     words = [w if _WORD_SHAPE.fullmatch(w) or w in ("s", "re") else "," for w in words if w]
+    catenative = _CATENATIVE_LINK.match(" ".join(words[:5]))
+    if catenative:  # "What *turned out to be* the cause": as "What was the cause"
+        words = ["was", *words[len(catenative.group(0).split()) :]]
     lead = 0  # the auxiliaries and adverbs right after the question word: adverbs dropped
     while lead < len(words) and (words[lead] in _AUXILIARIES or words[lead] in _ADVERBS):
         if words[lead] in _ADVERBS:
@@ -384,7 +394,8 @@ def question_focus(question: str) -> str | None:
         word = words[i]
         if word in _FOCUS_ENDS or word == "," or (phrase and word in _AUXILIARIES):
             break
-        if phrase and i + 1 < len(words) and words[i + 1] in _DETERMINERS - {"one", "first", "last"}:
+        following = words[i + 1] if i + 1 < len(words) else ","
+        if phrase and following in _DETERMINERS - {"one", "first", "last"} and following not in _FOCUS_ENDS:
             break  # "Which service *calls* the ...", "What tool *builds* the ...": a verb and its object
         if word not in _DETERMINERS and word not in _AUXILIARIES:
             phrase.append(word)

@@ -452,6 +452,9 @@ def test_a_slow_sufficiency_judgement_is_abandoned_for_the_model(kb, settings):
         ("What got fixed in the 4.2 release?", None),  # "get" as the passive's auxiliary
         ("Who remains owner of the billing client?", "owner"),  # a linking verb names a role, not an act
         ("Which service calls the billing client?", "service"),  # a verb and its object end the phrase
+        ("Who was the payroll manager that signed off?", "manager"),  # "that" after a noun is relative, no object
+        ("What turned out to be the cause of the billing outage?", "cause"),  # a catenative verb links like "is"
+        ("Who ended up being the release manager?", "manager"),
     ],
 )
 def test_question_focus_names_what_the_question_asks_about(question, focus):
