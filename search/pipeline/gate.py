@@ -11,7 +11,8 @@ in the organization's data (a signal that fades as the data grows):
    with what result: ``ANSWERABILITY_MODEL``'s comment):
 
    - ``coverage``: the best evidence block's IDF-weighted share of the question's terms
-     (``search.pipeline.passages``);
+     (``search.pipeline.passages``), a term only the sentences that ask nothing hold (the asker's
+     situation, in the asker's words) at half its weight (:func:`asked_weights`);
    - ``similarity``: the best cosine similarity to the question of a passage, or of a block as
      the dense ranker embedded it;
    - ``missing``: the weight (normalised IDF, 0..1) of the rarest question term that best block
@@ -144,11 +145,35 @@ class Verdict:
         return self.status == PARTIAL
 
 
+CONTEXT_TERM_WEIGHT = 0.5  # a term only the sentences that ask nothing hold counts this much (not tuned: the midpoint)
+
+
+def asked_weights(scored: ScoredEvidence) -> dict[str, float]:
+    """The question's term weights (``scored.weights``) for ``coverage`` and ``missing``, a term
+    held only by the question's sentences that ask nothing (``subquestions``: "Our proxy strips
+    /api/v1 before forwarding, and /docs cannot load. What do I configure?") scaled by
+    ``CONTEXT_TERM_WEIGHT``. Such sentences tell the asker's situation in the asker's words, which
+    the page that answers need not use; the words of the asking sentence still weigh in full.
+    Unchanged when every sentence asks (or the question's clauses were not scored)."""
+    asked = scored.asked_lexemes
+    if not asked:
+        return scored.weights
+    return {t: w if t in asked else w * CONTEXT_TERM_WEIGHT for t, w in scored.weights.items()}
+
+
 def answerability_features(scored: ScoredEvidence, evidence: Sequence[Evidence]) -> dict[str, float]:
-    """The model's inputs (module docstring), each in 0..1."""
+    """The model's inputs (module docstring), each in 0..1. ``coverage`` and ``missing`` read the
+    question's terms as :func:`asked_weights` weighs them."""
     relevant = [ev for ev in evidence if ev.is_relevant]
-    best_n = max(scored.block_coverage, key=lambda n: (scored.block_coverage[n], -n), default=None)
-    missing = scored.missing_from(best_n) if best_n is not None else []
+    weights = asked_weights(scored)
+    total = sum(weights.values())
+    coverage = {
+        n: sum(w for t, w in weights.items() if t in lexemes) / total if total else 0.0
+        for n, lexemes in scored.block_lexemes.items()
+    }
+    best_n = max(coverage, key=lambda n: (coverage[n], -n), default=None)
+    held = scored.block_lexemes.get(best_n, frozenset()) if best_n is not None else frozenset()
+    missing = sorted((w for t, w in weights.items() if t not in held), reverse=True) if best_n is not None else []
     similarities = [p.similarity for p in scored.passages if p.similarity is not None]
     similarities += [ev.similarity for ev in relevant[:5] if ev.similarity is not None]
     ranks = [
@@ -158,9 +183,9 @@ def answerability_features(scored: ScoredEvidence, evidence: Sequence[Evidence])
     ]
     best_rank = min(ranks, default=None)
     features = {
-        "coverage": scored.block_coverage.get(best_n, 0.0) if best_n is not None else 0.0,
+        "coverage": coverage[best_n] if best_n is not None else 0.0,
         "similarity": max(0.0, max(similarities, default=0.0)),
-        "missing": missing[0][1] if missing else 0.0,
+        "missing": missing[0] if missing else 0.0,
         "agreement": 1.0 / best_rank if best_rank and best_rank <= AGREEMENT_DEPTH else 0.0,
         "margin": max(0.0, scored.margin),
     }

@@ -111,6 +111,9 @@ class ScoredEvidence:
     small_scope: bool = False  # the scope holds too few rows for the margin to mean anything
     block_score: dict[int, float] = field(default_factory=dict)  # retrieval score / the best read block's
     clauses: list[ClauseScores] = field(default_factory=list)  # one per asked clause (subquestions)
+    # The lexemes of the sentences that ask (each asked clause with the words leading it): a term
+    # only the question's other sentences hold describes the asker's situation (gate.asked_weights).
+    asked_lexemes: frozenset[str] = frozenset()
 
     def coverage_of(self, lexemes: frozenset[str] | set[str]) -> float:
         total = sum(self.weights.values())
@@ -396,16 +399,18 @@ def score_evidence(
     block_texts = [f"{ev.title}\n{ev.text}\n{ev.context}" for ev in blocks]
     asked = list(clauses if clauses is not None else sub_questions(question))[:MAX_CLAUSES]
     clause_texts = [c.text for c in asked]
+    asking = " ".join(f"{c.context} {c.text}" for c in asked)
     lexemes = lexeme_sets(
-        [question, *clause_texts, *block_texts, *[ev.title for ev in blocks], *[p.text for p in passages]]
+        [question, asking, *clause_texts, *block_texts, *[ev.title for ev in blocks], *[p.text for p in passages]]
     )
-    q_lexemes, clause_lex, rest = lexemes[0], lexemes[1 : 1 + len(clause_texts)], lexemes[1 + len(clause_texts) :]
+    q_lexemes, asking_lex = lexemes[0], lexemes[1]
+    clause_lex, rest = lexemes[2 : 2 + len(clause_texts)], lexemes[2 + len(clause_texts) :]
     block_lex, title_lex, passage_lex = (
         rest[: len(blocks)],
         rest[len(blocks) : 2 * len(blocks)],
         rest[2 * len(blocks) :],
     )
-    scored = ScoredEvidence(weights=question_weights(q_lexemes, df, n_rows))
+    scored = ScoredEvidence(weights=question_weights(q_lexemes, df, n_rows), asked_lexemes=asking_lex)
     top_score = max((ev.score for ev in blocks), default=0.0)
     titles = {}
     for ev, lx, tl in zip(blocks, block_lex, title_lex, strict=True):

@@ -21,6 +21,7 @@ from search.pipeline.gate import (
     agent_noun,
     answerability_features,
     answered_probability,
+    asked_weights,
     judge,
     missing_focus,
     missing_specific_terms,
@@ -29,7 +30,7 @@ from search.pipeline.gate import (
     score_question_evidence,
     text_declines,
 )
-from search.pipeline.passages import ScoredEvidence, block_passages, question_weights
+from search.pipeline.passages import ScoredEvidence, block_passages, question_weights, score_evidence
 from search.pipeline.synthesizer import extractive_answer, said_key
 from sources.selectors import scope_for_user
 from tests.llm_server import FakeOpenAIServer
@@ -96,6 +97,30 @@ def test_features_read_the_best_block_and_its_missing_terms():
     assert features["missing"] == pytest.approx(1.0)  # "wifi", which the best block lacks
     assert features["agreement"] == pytest.approx(0.5)  # both rankers within their top 2
     assert features["similarity"] == pytest.approx(0.6)
+
+
+def test_terms_only_the_sentences_that_ask_nothing_hold_weigh_half():
+    """The asker's situation ("Our ingress strips the prefix") is told in the asker's words; the
+    asking sentence's terms weigh in full, the others at CONTEXT_TERM_WEIGHT, in coverage and
+    missing alike."""
+    weights = {"ingress": 1.0, "strip": 0.6, "configur": 0.5, "prefix": 0.6}
+    scored = ScoredEvidence(weights=weights, asked_lexemes=frozenset({"configur", "prefix"}))
+    scored.block_lexemes = {1: frozenset({"configur", "prefix"})}
+    assert asked_weights(scored) == {"ingress": 0.5, "strip": 0.3, "configur": 0.5, "prefix": 0.6}
+    features = answerability_features(scored, [_block(1, "Behind a proxy", "configure the prefix")])
+    assert features["coverage"] == pytest.approx(1.1 / 1.9)  # 1.1 / 2.7 with every term in full
+    assert features["missing"] == pytest.approx(0.5)  # "ingress", at half its weight
+    scored.asked_lexemes = frozenset()  # clauses not scored: every term in full
+    assert asked_weights(scored) == weights
+
+
+@pytest.mark.django_db
+def test_the_asked_lexemes_are_those_of_the_sentences_that_ask():
+    question = "Our ingress strips the prefix before forwarding. Which setting do I configure?"
+    scored = score_evidence(question, [_block(1, "Proxies", "Set root_path.")], df={}, n_rows=10)
+    assert {"set", "configur"} <= scored.asked_lexemes and not {"ingress", "strip"} & scored.asked_lexemes
+    whole = score_evidence("Which setting do I configure?", [_block(1, "Proxies", "Set root_path.")], df={}, n_rows=10)
+    assert asked_weights(whole) == whole.weights
 
 
 def test_passages_keep_headings_apart_and_skip_diagrams():
