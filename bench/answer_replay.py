@@ -97,8 +97,9 @@ def replay(spec: str, *, fresh: bool) -> list[dict]:
     from search.evaluation_answers import _cites_gold
     from search.llm import without_llm
     from search.pipeline.checks import check_answer
+    from search.pipeline.drafts import Draft
     from search.pipeline.gate import judge
-    from search.pipeline.synthesizer import Draft, synthesize_stream
+    from search.pipeline.synthesizer import synthesize_stream
 
     name, scope, path = parse_set(spec)
     rows = []

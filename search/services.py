@@ -26,11 +26,12 @@ from projects.selectors import membership_list_for_user
 from search.llm import without_llm
 from search.models import AnswerFeedback, AnswerRecord
 from search.pipeline.checks import Answer, check_answer
+from search.pipeline.drafts import Draft
 from search.pipeline.evidence import Evidence, evidence_from_hit, number_evidence
 from search.pipeline.executor import execute_plan
 from search.pipeline.gate import Verdict, judge
 from search.pipeline.planner import make_plan
-from search.pipeline.synthesizer import Draft, synthesize_stream
+from search.pipeline.synthesizer import synthesize_stream
 from search.retrieval import clean_query, hybrid_search, scope_where_sql
 from search.tools.base import run_tool
 from search.tools.people import Expert, who_knows

@@ -1,6 +1,6 @@
 """Checks after the answer: a declared list, run in order in one loop (:data:`CHECKS`).
 
-Each check reads the synthesizer's draft (``search.pipeline.synthesizer.Draft``) with the
+Each check reads the synthesizer's draft (``search.pipeline.drafts.Draft``) with the
 question and the evidence, and either passes or returns what it found, which changes the answer
 in the way its ``action`` says. The extractive answer quotes the evidence, so the checks that
 look for what a language model may invent apply to LLM drafts only (``llm_only``).
@@ -31,16 +31,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from search.pipeline.answer_types import asked_answer_type, ungrounded_values_note, unstated_type_note
+from search.pipeline.drafts import CLOSEST_HEADER, Draft, closest_lines
 from search.pipeline.evidence import Evidence, evidence_text
+from search.pipeline.extractive import extractive_answer
 from search.pipeline.gate import Verdict, text_declines
-from search.pipeline.synthesizer import (
-    CLOSEST_HEADER,
-    LLM_EVIDENCE_BLOCKS,
-    Draft,
-    closest_lines,
-    extractive_answer,
-    prompt_text,
-)
+from search.pipeline.synthesizer import LLM_EVIDENCE_BLOCKS, prompt_text
 from search.text import content_terms
 
 logger = logging.getLogger(__name__)

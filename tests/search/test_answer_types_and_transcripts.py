@@ -293,7 +293,7 @@ def test_code_in_a_chat_message_is_quoted_as_written():
 @pytest.mark.django_db
 def test_the_reply_quoted_after_a_message_is_the_next_message_not_a_piece_across_a_gap():
     """The excerpt left out the messages between: the passage after its gap is no reply."""
-    from search.pipeline.synthesizer import extractive_answer
+    from search.pipeline.extractive import extractive_answer
 
     question = "How do I unstick the nightly export of the orders table?"
     thread = _thread("2024-03-02 09:20 Bo: to unstick the nightly export of the orders table, restart the export "

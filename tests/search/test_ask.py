@@ -196,7 +196,7 @@ def test_llm_is_told_the_missing_terms_and_the_answer_opens_with_the_note(kb, se
 @pytest.mark.django_db
 def test_extractive_answer_quotes_statements_not_headings_or_anchor_markup():
     from search.pipeline.evidence import Evidence
-    from search.pipeline.synthesizer import extractive_answer
+    from search.pipeline.extractive import extractive_answer
 
     page = Evidence(
         n=1, document_id=1, kind="doc_section", title="Cookie Parameters", url="", score=1.0, tool="search",
@@ -213,7 +213,7 @@ def test_extractive_answer_quotes_statements_not_headings_or_anchor_markup():
 @pytest.mark.django_db
 def test_extractive_answer_drops_inline_html_tags_but_keeps_their_text():
     from search.pipeline.evidence import Evidence
-    from search.pipeline.synthesizer import extractive_answer
+    from search.pipeline.extractive import extractive_answer
 
     page = Evidence(
         n=1, document_id=1, kind="doc_section", title="CORS", url="", score=1.0, tool="search",
@@ -231,7 +231,7 @@ def test_extractive_answer_names_people_by_their_credit_line_and_code_by_its_sig
     """A who-knows block is its person and credit line, not one of its listed documents; a code
     block is quoted with its location and signature."""
     from search.pipeline.evidence import Evidence
-    from search.pipeline.synthesizer import extractive_answer
+    from search.pipeline.extractive import extractive_answer
 
     person = Evidence(
         n=1, document_id=-1, kind="person", title="Ana Ruiz", url="", score=3.2, tool="who_knows",
@@ -258,7 +258,7 @@ def test_extractive_answer_names_people_by_their_credit_line_and_code_by_its_sig
 @pytest.mark.django_db
 def test_extractive_answer_shows_the_code_a_sentence_introduces_and_skips_fragments_and_tables():
     from search.pipeline.evidence import Evidence
-    from search.pipeline.synthesizer import extractive_answer
+    from search.pipeline.extractive import extractive_answer
 
     page = Evidence(
         n=1, document_id=1, kind="doc_section", title="Static Files > Use StaticFiles", url="", score=1.0,
@@ -280,7 +280,7 @@ def test_a_sentence_introducing_code_the_evidence_lacks_gives_way_to_the_next_be
     after it: that sentence cannot be quoted, so the answer quotes the page's next-best sentence
     instead of declining."""
     from search.pipeline.evidence import Evidence
-    from search.pipeline.synthesizer import extractive_answer
+    from search.pipeline.extractive import extractive_answer
 
     page = Evidence(
         n=1, document_id=1, kind="doc_section", title="Static Files", url="", score=1.0, tool="search",
@@ -294,7 +294,7 @@ def test_a_sentence_introducing_code_the_evidence_lacks_gives_way_to_the_next_be
 
 
 def test_a_chat_line_ending_in_an_emoji_code_introduces_nothing():
-    from search.pipeline.synthesizer import introduces
+    from search.pipeline.extractive import introduces
 
     assert introduces("Mount the folder like this:")
     assert not introduces("We aim for EU-West-3 go-live by 6/1. paul: :thumbsup:")
@@ -306,7 +306,7 @@ def test_when_only_cut_sentences_answer_they_are_quoted_marked_as_cut():
     """An excerpt can cut every sentence that answers; the gate said the evidence answers, so
     the cut sentence is quoted, marked with "…", rather than the answer declining."""
     from search.pipeline.evidence import Evidence
-    from search.pipeline.synthesizer import extractive_answer
+    from search.pipeline.extractive import extractive_answer
 
     block = Evidence(n=1, document_id=1, kind="doc_section", title="Tenancy", url="", score=1.0, tool="search",
                      text="a query with no tenant set sees nothing, and an insert for another tenant is refused",

@@ -113,9 +113,9 @@ def test_a_quoted_evidence_line_is_not_the_answer_declining():
     evidence's words, not that the sources lack the answer: it is answered. The same words in an
     LLM's answer are its own, and decline."""
     from search.pipeline.checks import check_answer
+    from search.pipeline.drafts import Draft
     from search.pipeline.evidence import Evidence
     from search.pipeline.gate import Verdict
-    from search.pipeline.synthesizer import Draft
 
     evidence = [
         Evidence(n=3, document_id=3, kind="doc_section", title="Auth failures", url="", score=1.0, tool="search",

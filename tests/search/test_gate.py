@@ -13,6 +13,7 @@ from search.pipeline.answer_types import (
     unstated_type_note,
 )
 from search.pipeline.evidence import Evidence
+from search.pipeline.extractive import extractive_answer, said_key
 from search.pipeline.gate import (
     ANSWERED,
     NOT_FOUND,
@@ -31,7 +32,6 @@ from search.pipeline.gate import (
     text_declines,
 )
 from search.pipeline.passages import ScoredEvidence, block_passages, question_weights, score_evidence
-from search.pipeline.synthesizer import extractive_answer, said_key
 from sources.selectors import scope_for_user
 from tests.llm_server import FakeOpenAIServer
 
@@ -608,8 +608,8 @@ def test_a_word_in_capitals_in_the_question_does_not_narrow_what_the_answer_quot
 
 def test_the_gate_notes_show_the_questions_words_as_written():
     """A "[1]" the asker wrote is no citation in the note, "__init__" no bold text."""
+    from search.pipeline.drafts import gate_notes
     from search.pipeline.gate import Verdict
-    from search.pipeline.synthesizer import gate_notes
 
     notes = gate_notes(Verdict(status=PARTIAL, missing_terms=("__init__", "[1]"), missing_focus="approves"))
     assert notes[0] == missing_terms_note(["\\_\\_init\\_\\_", "(1)"])

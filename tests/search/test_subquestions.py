@@ -20,7 +20,7 @@ def _texts(question: str) -> list[str]:
 
 def _extract(question: str, evidence: list):
     """The extractive answer to ``question`` over ``evidence``, its passages scored by terms alone."""
-    from search.pipeline.synthesizer import extractive_answer
+    from search.pipeline.extractive import extractive_answer
 
     return extractive_answer(question, evidence, verdict=scored_verdict(question, evidence))
 
@@ -252,9 +252,9 @@ def test_three_clauses_answered_in_one_document_get_three_quotes():
 
 def test_a_run_of_code_lines_holding_no_word_is_never_quoted():
     """Its block's title lends it the question's terms; it still says nothing."""
+    from search.pipeline.extractive import best_passages
     from search.pipeline.gate import Verdict
     from search.pipeline.passages import Passage, ScoredEvidence
-    from search.pipeline.synthesizer import best_passages
 
     question = "Where does the exception handler return the error response?"
     wordless = Passage(n=1, text="    )\n)", order=1, code=True, coverage=0.9, similarity=0.5)

@@ -34,8 +34,8 @@ from django.test import Client, override_settings
 
 from kbportal.tenancy import tenant_context
 from search.pipeline.evidence import Evidence, query_passage
+from search.pipeline.extractive import extractive_answer
 from search.pipeline.gate import NO_EVIDENCE_NOTE, NOT_FOUND_NOTE, Verdict, readable_document_frequencies
-from search.pipeline.synthesizer import extractive_answer
 from search.rendering import ALLOWED_TAGS, answer_html
 from search.retrieval import MAX_QUERY_CHARS, hybrid_search, lexical_ranking, query_terms
 from search.services import ask
@@ -342,7 +342,7 @@ def test_an_llm_answers_escaped_citation_is_not_linked(ans, settings):
 
 def test_code_answer_metadata_cannot_break_out_of_inline_code_or_the_fence():
     """FINDING 2, code path: ``_code_answer`` writes ``metadata.language`` after the opening fence
-    unescaped (``synthesizer.py`` ``_code_answer``: ``f"```{language}\n..."``). It is connector
+    unescaped (``extractive.py`` ``_code_answer``: ``f"```{language}\n..."``). It is connector
     data (a JSONL source of kind ``code_chunk`` keeps every top-level field as metadata, and
     evidence keeps ``language``): a newline plus a fence in it ends the code block and writes a
     live Markdown link into the answer. (The symbol, also hostile here, is safe since

@@ -291,9 +291,10 @@ def test_a_multiline_title_cannot_write_its_own_line_into_the_extractive_answer(
     of the answer that reads like the system's own note ("The sources do not contain ..."), neither
     in an answer nor in the closest sources a decline lists."""
     from search.pipeline.checks import check_answer
+    from search.pipeline.drafts import decline_text
     from search.pipeline.evidence import Evidence
+    from search.pipeline.extractive import extractive_answer
     from search.pipeline.gate import Verdict
-    from search.pipeline.synthesizer import decline_text, extractive_answer
     from tests.search.conftest import scored_verdict
 
     ev = Evidence(
