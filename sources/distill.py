@@ -42,14 +42,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import re
 from dataclasses import dataclass, field
-from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
+
+from sources.term_statistics import SourceTermStatistics, TermStatistics, common_word
 
 if TYPE_CHECKING:
     from sources.connectors.slack_messages import SlackMessage
@@ -437,79 +436,6 @@ def distilled_text(channel: str, distilled: dict[str, Any]) -> str:
     return cut("\n".join(lines), EMBED_CHARS)
 
 
-# -- term statistics ---------------------------------------------------------------------------
-
-
-@cache
-def english_common() -> frozenset[str]:
-    """The bundled 8,000 most frequent English words (lowercase)."""
-    path = Path(__file__).parent / "data" / "english_common.txt"
-    return frozenset(
-        line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line and not line.startswith("#")
-    )
-
-
-def _common_word(word: str) -> bool:
-    common = english_common()
-    if word in common:
-        return True
-    for suffix in ("s", "es", "ed", "d", "ing", "ly", "er", "ers"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and word[: -len(suffix)] in common:
-            return True
-    return False
-
-
-class TermStatistics:
-    """IDF of a run's tokens. This base class has no source statistics: the heuristic applies."""
-
-    def has_stats(self) -> bool:
-        return False
-
-    def max_idf(self, texts: list[str]) -> list[float]:
-        """The highest IDF of any lexeme of each text (0.0 when none is known)."""
-        return [0.0 for _ in texts]
-
-
-@dataclass
-class SourceTermStatistics(TermStatistics):
-    """IDF over one data source's ``TermStat`` rows: ln(N / df), N the source's indexed rows.
-
-    Lexemes come from PostgreSQL (``to_tsvector('english', ...)``, as the search vector); a
-    lexeme the source does not hold yet counts df = 1. Only lexemes with a letter and 3+
-    characters count (numbers and fragments are not rare words). Reads inside the tenant's
-    context.
-    """
-
-    tenant_id: int
-    source_id: int
-    n_rows: int
-
-    def has_stats(self) -> bool:
-        return self.n_rows > 0
-
-    def max_idf(self, texts: list[str]) -> list[float]:
-        from django.db import connection
-
-        from kbportal.tenancy import tenant_context
-
-        if not texts or not self.n_rows:
-            return [0.0 for _ in texts]
-        with tenant_context(self.tenant_id), connection.cursor() as cursor:
-            cursor.execute(
-                """
-                SELECT t.i, min(coalesce(s.ndoc, 0))
-                FROM unnest(%s::text[]) WITH ORDINALITY AS t(txt, i),
-                     unnest(tsvector_to_array(to_tsvector('english', t.txt))) AS lx
-                LEFT JOIN sources_termstat s ON s.source_id = %s AND s.lexeme = lx
-                WHERE length(lx) >= 3 AND lx ~ '[a-z]'
-                GROUP BY t.i
-                """,
-                [texts, self.source_id],
-            )
-            rarest = {int(i): int(df) for i, df in cursor.fetchall()}
-        return [math.log(self.n_rows / max(rarest[i + 1], 1)) if i + 1 in rarest else 0.0 for i in range(len(texts))]
-
-
 # -- bursts ------------------------------------------------------------------------------------
 
 
@@ -557,7 +483,7 @@ def _heuristic_rare(run: Run, all_messages: list[SlackMessage], names: frozenset
     inside = {id(m) for m in run.messages}
     other_words = [set(words(m.text, names=names)) for m in all_messages if id(m) not in inside]
     for word in set(words(run.text, names=names)):
-        if len(word) < 4 or "'" in word or _common_word(word.strip("-")):
+        if len(word) < 4 or "'" in word or common_word(word.strip("-")):
             continue
         if sum(1 for ws in other_words if word in ws) <= 1:
             return True
