@@ -189,7 +189,12 @@ ANSWER_TYPES = (
             r"(?=\s+(?:of|for|in|on|per|at|that|when|before|after|we|they|it|set|used|applied)\b|\s+(?-i:[A-Z])|\s*[?,.;]|\s*$)"
             # or a maximum or minimum of anything ("What's the max retries per job?")
             rf"|{_WHAT}{_COPULA}{_THE}(?:[\w-]+\s+)?"
-            r"(?:max(?:imum)?|min(?:imum)?)\b",
+            r"(?:max(?:imum)?|min(?:imum)?)\b"
+            # "at what size / rate / point ..." asks where a quantity switches ("At what file size does
+            # it spill to disk?"); a port is a number ("Which port does staging listen on?")
+            r"|\bat\s+(?:exactly\s+)?what\s+(?:[\w-]+\s+)?(?:size|length|rate|speed|threshold|level|count|number"
+            r"|percentage|depth|age|temperature)\b"
+            r"|\b(?:which|what)\s+(?:[\w-]+\s+){0,2}?(?:tcp\s+|udp\s+)?ports?\b(?!\s+(?:of|from)\b)",
             re.I,
         ),
         # a number standing on its own ("3", "1,200", "2.5", "40%", "30s", "5GB"), not a digit of a

@@ -126,6 +126,11 @@ def test_an_llm_answer_writing_version_before_the_cited_number_is_grounded():
         ("what was the threshold Ravi used?", "number"),
         ("What is the rate limiter used by the gateway?", None),  # "rate" qualifies "limiter"
         ("Which limit applies to headers?", None),  # which limit: a name, not its value
+        ("At what file size does the upload spill to disk?", "number"),  # where a quantity switches
+        ("The cache evicts early: at exactly what size does it start?", "number"),
+        ("At what point did the deploy fail?", None),  # a moment in a story, not a quantity
+        ("Which port does the staging load balancer listen on?", "number"),  # a port is a number
+        ("What port of the client to Go is planned?", None),  # porting, not a port
     ],
 )
 def test_a_price_a_day_and_a_quantity_are_asked_for_as_such(question, label):
