@@ -124,7 +124,8 @@ ANSWER_TYPES = (
     AnswerType("link", re.compile(r"\b(?:which|what)\s+(?:url|link)s?\b", re.I), re.compile(r"https?://\S+")),
     AnswerType(
         "version",
-        re.compile(r"\b(?:which|what)\s+(?:[\w-]+\s+){0,2}versions?\b", re.I),
+        # "Which version ...", "What's the minimum pytest version ..."
+        re.compile(rf"{_WHAT}{_COPULA}?\s+(?:the\s+)?(?:[\w-]+\s+){{0,2}}versions?\b", re.I),
         # 2.2.3, v2, 1.x, "version 3", "Python 3" (a capitalised name, then a number that is no date
         # and no numbered part: "Step 3" is none)
         re.compile(
@@ -132,7 +133,8 @@ ANSWER_TYPES = (
             rf"|\b(?-i:(?!(?:{_NUMBERED_PARTS})\b)[A-Z][A-Za-z]+)[ \t]+\d+(?![\w/-]|\.[\dx])",
             re.I,
         ),
-        ignored=_TIMESTAMP,
+        # a link's or an address's digits are no release ("http://127.0.0.1:9999/api/v1", "10.0.0.12")
+        ignored=re.compile(rf"{_TIMESTAMP.pattern}|https?://\S+|\b\d{{1,3}}(?:\.\d{{1,3}}){{3}}\b", re.I),
         prefix=re.compile(r"^(?:version|release|v)\s*", re.I),
     ),
     AnswerType(

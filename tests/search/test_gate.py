@@ -238,6 +238,8 @@ def test_the_gate_reads_only_what_the_asker_may_read(kb):
         ("How do I get an answer in seconds?", None),
         ("What phone number reaches the front desk?", "phone number"),
         ("Which pager rota covers weekends?", None),
+        ("What's the minimum pytest version the tutorial needs?", "version"),  # "what's" and a determiner
+        ("What is the Python version of the worker image?", "version"),
     ],
 )
 def test_asked_answer_type_recognises_the_form_of_value_asked_for(question, label):
@@ -265,6 +267,9 @@ def test_asked_answer_type_recognises_the_form_of_value_asked_for(question, labe
         ("version", "March 1 was when the proxy changed [1].", False),
         ("version", "On 4 June 2024 the proxy was upgraded.", False),
         ("version", "The proxy needs Python 3 [1].", True),
+        # a link's or an address's digits are no release
+        ("version", "Open http://127.0.0.1:9999/api/v1/app in the browser [1].", False),
+        ("version", "The proxy listens on 10.0.0.12 [1].", False),
     ],
 )
 def test_a_value_of_the_asked_form_is_found_outside_citations(label, text, held):
