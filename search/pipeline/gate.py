@@ -215,14 +215,28 @@ COMMON_ACRONYMS = frozenset(
 )
 
 
+# An example the asker gives ("headers with underscores, *like* `x_token`", "paths *such as*
+# /users/john.doe") illustrates what the question is about; the sources describe the case without
+# that very value. "like" after a verb of seeming or wanting ("looks like ERR-42", "I'd like")
+# compares or wants, and the value stays named.
+_EXAMPLE = re.compile(
+    r"(?<!\blook )(?<!\blooks )(?<!\blooked )(?<!\bseems )(?<!\bseem )(?<!\bseemed )(?<!\bsounds )(?<!\bfeels )"
+    r"(?<!\bwould )(?<!'d )(?<!’d )(?<!\bi )(?<!\bwe )(?<!\byou )(?<!\bthey )"
+    r"\b(?:like|such\s+as|e\.g\.,?|for\s+example,?|for\s+instance,?)\s+(?:`[^`\n]+`|\"[^\"\n]+\"|\S+)",
+    re.I,
+)
+
+
 def named_terms(question: str) -> list[str]:
     """The identifiers, codes and quoted phrases ``question`` names, as the evidence must hold them
-    (``search.text.specific_terms``), except ``COMMON_ACRONYMS`` (plain words of the trade); a
+    (``search.text.specific_terms``), except ``COMMON_ACRONYMS`` (plain words of the trade) and an
+    example the asker gives (``_EXAMPLE``: "a header *like* `x_token`"); a
     quoted code expression (`` `f(x, retry=False)` ``, `` `Accept: text/html` ``) is looked for by
     each name it holds (``f``, ``retry``; ``Accept``, ``text``), not verbatim: sources
     write the call with other arguments. A quoted phrase in words stays whole (an error message),
     without the punctuation around it."""
     terms: list[str] = []
+    question = _EXAMPLE.sub(" ", question)
     for match in QUOTED.finditer(question):
         span = next(g for g in match.groups() if g is not None).strip()
         if _CODE_EXPRESSION.search(span):

@@ -184,6 +184,11 @@ def test_a_named_identifier_the_evidence_lacks_makes_the_answer_partial_or_not_f
         ('What does `Depends(use_cache=True, scope="session")` do?', ["Depends", "use_cache", "scope", "session"]),
         ("What does the lifespan WAL mode do?", ["WAL"]),  # an acronym of its own is a name
         ('Why do I get "Connection refused." errors?', ["Connection refused"]),
+        # an example the asker gives is no name the sources must hold; a comparison or a wish names it
+        ("Are headers with underscores (like x_token) refused by convert_underscores?", ["convert_underscores"]),
+        ("Does the fallback serve paths such as /users/john.doe?", []),
+        ("The log looks like ERR-4471 again: what is it?", ["ERR-4471"]),
+        ("I'd like max_retry_ms explained.", ["max_retry_ms"]),
     ],
 )
 def test_named_terms_are_what_the_evidence_must_hold_as_written(question, names):
