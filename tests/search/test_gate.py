@@ -445,9 +445,9 @@ def test_a_slow_sufficiency_judgement_is_abandoned_for_the_model(kb, settings):
                        lexical_rank=1, dense_rank=1, similarity=0.8)]  # fmt: skip
     with FakeOpenAIServer(slow) as server:
         settings.OPENAI_BASE_URL, settings.KB_LLM_MODEL, settings.KB_LLM_JUDGE_TIMEOUT = server.base_url, "m", 0.3
-        t0 = time.perf_counter()
         verdict = judge("How do I deploy the billing service?", evidence, scope_for_user(kb.acme.admin))
-    assert time.perf_counter() - t0 < 1.4
+    # Waited for, the judge's "no" would have declined ("evidence and llm"): the model decided alone.
+    # (No wall-clock bound: on a loaded machine the gate's own work can take longer than the reply.)
     assert verdict.decided_by == "evidence" and verdict.status == ANSWERED
 
 
