@@ -397,9 +397,10 @@ def score_evidence(
     per_block = [block_passages(ev, subject_line=subject_lines, text=read_text(question, ev)) for ev in blocks]
     passages = [p for ps in per_block for p in ps]
     block_texts = [f"{ev.title}\n{ev.text}\n{ev.context}" for ev in blocks]
-    asked = list(clauses if clauses is not None else sub_questions(question))[:MAX_CLAUSES]
+    every_clause = list(clauses if clauses is not None else sub_questions(question))
+    asked = every_clause[:MAX_CLAUSES]
     clause_texts = [c.text for c in asked]
-    asking = " ".join(f"{c.context} {c.text}" for c in asked)
+    asking = " ".join(f"{c.context} {c.text}" for c in every_clause)  # a fourth clause still asks
     lexemes = lexeme_sets(
         [question, asking, *clause_texts, *block_texts, *[ev.title for ev in blocks], *[p.text for p in passages]]
     )

@@ -121,6 +121,10 @@ def test_the_asked_lexemes_are_those_of_the_sentences_that_ask():
     assert {"set", "configur"} <= scored.asked_lexemes and not {"ingress", "strip"} & scored.asked_lexemes
     whole = score_evidence("Which setting do I configure?", [_block(1, "Proxies", "Set root_path.")], df={}, n_rows=10)
     assert asked_weights(whole) == whole.weights
+    # a clause past the ones scored on their own (MAX_CLAUSES) still asks
+    many = "Who approved the cache? Which team owns it? When did it ship? Where is the runbook stored?"
+    scored = score_evidence(many, [_block(1, "Cache", "The cache shipped.")], df={}, n_rows=10)
+    assert len(scored.clauses) < 4 and "runbook" in scored.asked_lexemes
 
 
 def test_passages_keep_headings_apart_and_skip_diagrams():
