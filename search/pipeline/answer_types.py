@@ -285,6 +285,9 @@ _DOCUMENT_NOUNS = frozenset(
     review reviews discussion chat message messages email emails meeting meetings""".split()
 )
 _PRONOUNS = frozenset("i we you they he she it people someone anyone everyone folks".split())
+# Determiners that open a verb's object ("Which service calls *the* client"): not a numeral of the
+# phrase itself ("one", "first", "last"), nor "that", which after a noun is a relative word.
+_OBJECT_DETERMINERS = _DETERMINERS - {"one", "first", "last"} - _FOCUS_ENDS
 _NOT_FOCUS = _LIGHT_NOUNS | _VALUE_NOUNS | _DOCUMENT_NOUNS | _PRONOUNS
 _FOCUS_WH = re.compile(r"\b(who|whom|what|which|how\s+many|how\s+much)\b", re.I)
 _FOCUS_WORD = re.compile(r"[\w'’\-/.]+")
@@ -401,8 +404,7 @@ def question_focus(question: str) -> str | None:
         word = words[i]
         if word in _FOCUS_ENDS or word == "," or (phrase and word in _AUXILIARIES):
             break
-        following = words[i + 1] if i + 1 < len(words) else ","
-        if phrase and following in _DETERMINERS - {"one", "first", "last"} and following not in _FOCUS_ENDS:
+        if phrase and i + 1 < len(words) and words[i + 1] in _OBJECT_DETERMINERS:
             break  # "Which service *calls* the ...", "What tool *builds* the ...": a verb and its object
         if word not in _DETERMINERS and word not in _AUXILIARIES:
             phrase.append(word)

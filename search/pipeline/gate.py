@@ -166,14 +166,9 @@ def answerability_features(scored: ScoredEvidence, evidence: Sequence[Evidence])
     question's terms as :func:`asked_weights` weighs them."""
     relevant = [ev for ev in evidence if ev.is_relevant]
     weights = asked_weights(scored)
-    total = sum(weights.values())
-    coverage = {
-        n: sum(w for t, w in weights.items() if t in lexemes) / total if total else 0.0
-        for n, lexemes in scored.block_lexemes.items()
-    }
+    coverage = {n: scored.coverage_of(lexemes, weights) for n, lexemes in scored.block_lexemes.items()}
     best_n = max(coverage, key=lambda n: (coverage[n], -n), default=None)
-    held = scored.block_lexemes.get(best_n, frozenset()) if best_n is not None else frozenset()
-    missing = sorted((w for t, w in weights.items() if t not in held), reverse=True) if best_n is not None else []
+    missing = scored.missing_from(best_n, weights) if best_n is not None else []
     similarities = [p.similarity for p in scored.passages if p.similarity is not None]
     similarities += [ev.similarity for ev in relevant[:5] if ev.similarity is not None]
     ranks = [
@@ -185,7 +180,7 @@ def answerability_features(scored: ScoredEvidence, evidence: Sequence[Evidence])
     features = {
         "coverage": coverage[best_n] if best_n is not None else 0.0,
         "similarity": max(0.0, max(similarities, default=0.0)),
-        "missing": missing[0] if missing else 0.0,
+        "missing": missing[0][1] if missing else 0.0,
         "agreement": 1.0 / best_rank if best_rank and best_rank <= AGREEMENT_DEPTH else 0.0,
         "margin": max(0.0, scored.margin),
     }
@@ -220,11 +215,22 @@ COMMON_ACRONYMS = frozenset(
 # that very value. "like" after a verb of seeming or wanting ("looks like ERR-42", "I'd like")
 # compares or wants, and the value stays named.
 _EXAMPLE = re.compile(
-    r"(?<!\blook )(?<!\blooks )(?<!\blooked )(?<!\bseems )(?<!\bseem )(?<!\bseemed )(?<!\bsounds )(?<!\bfeels )"
-    r"(?<!\bwould )(?<!'d )(?<!’d )(?<!\bi )(?<!\bwe )(?<!\byou )(?<!\bthey )"
-    r"\b(?:like|such\s+as|e\.g\.,?|for\s+example,?|for\s+instance,?)\s+(?:`[^`\n]+`|\"[^\"\n]+\"|\S+)",
+    r"(?:\b([\w'’]+)\s+)?\b(like|such\s+as|e\.g\.,?|for\s+example,?|for\s+instance,?)\s+(?:`[^`\n]+`|\"[^\"\n]+\"|\S+)",
     re.I,
 )
+_COMPARING = frozenset("look looks looked seem seems seemed sound sounds feel feels would i we you they".split())
+
+
+def _without_examples(question: str) -> str:
+    """``question`` with each example it gives (``_EXAMPLE``) cut out, the word before it kept."""
+
+    def cut(match: re.Match[str]) -> str:
+        before = (match.group(1) or "").lower()
+        if match.group(2).lower() == "like" and (before in _COMPARING or before.endswith(("'d", "’d"))):
+            return match.group(0)
+        return f"{match.group(1) or ''} "
+
+    return _EXAMPLE.sub(cut, question)
 
 
 def named_terms(question: str) -> list[str]:
@@ -236,7 +242,7 @@ def named_terms(question: str) -> list[str]:
     write the call with other arguments. A quoted phrase in words stays whole (an error message),
     without the punctuation around it."""
     terms: list[str] = []
-    question = _EXAMPLE.sub(" ", question)
+    question = _without_examples(question)
     for match in QUOTED.finditer(question):
         span = next(g for g in match.groups() if g is not None).strip()
         if _CODE_EXPRESSION.search(span):

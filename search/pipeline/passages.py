@@ -115,14 +115,18 @@ class ScoredEvidence:
     # only the question's other sentences hold describes the asker's situation (gate.asked_weights).
     asked_lexemes: frozenset[str] = frozenset()
 
-    def coverage_of(self, lexemes: frozenset[str] | set[str]) -> float:
-        total = sum(self.weights.values())
-        return sum(w for t, w in self.weights.items() if t in lexemes) / total if total else 0.0
+    def coverage_of(self, lexemes: frozenset[str] | set[str], weights: dict[str, float] | None = None) -> float:
+        """The share of the question's weight (``weights``, by default ``self.weights``) ``lexemes`` hold."""
+        weights = self.weights if weights is None else weights
+        total = sum(weights.values())
+        return sum(w for t, w in weights.items() if t in lexemes) / total if total else 0.0
 
-    def missing_from(self, n: int) -> list[tuple[str, float]]:
-        """The question's lexemes block ``n`` lacks, ``(lexeme, weight)``, heaviest first."""
+    def missing_from(self, n: int, weights: dict[str, float] | None = None) -> list[tuple[str, float]]:
+        """The question's lexemes block ``n`` lacks, ``(lexeme, weight)``, heaviest first (``weights``,
+        by default ``self.weights``)."""
+        weights = self.weights if weights is None else weights
         held = self.block_lexemes.get(n, frozenset())
-        return sorted(((t, w) for t, w in self.weights.items() if t not in held), key=lambda tw: (-tw[1], tw[0]))
+        return sorted(((t, w) for t, w in weights.items() if t not in held), key=lambda tw: (-tw[1], tw[0]))
 
 
 ANSWERING_PASSAGES = 5  # passages by coverage where an answer of the asked form must appear
