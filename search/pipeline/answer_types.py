@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from search.text import QUOTED, without_citations
+from sources.term_statistics import common_word
 
 
 @dataclass(frozen=True)
@@ -422,6 +423,76 @@ def counted_focus(question: str) -> str | None:
     if match is None or not match.group(1).lower().startswith("how"):
         return None
     return question_focus(question)
+
+
+# Nouns naming a person, a group or an organization: "Which *customer* ...", "What *team* ...". The
+# answer to such a question, as to a who-question, is a name (the PERSON / ORGANIZATION answer types
+# of QA systems: Moldovan et al., ACL 2000).
+_PARTY_NOUNS = frozenset(
+    """customer customers client clients candidate candidates applicant applicants vendor vendors supplier suppliers
+    partner partners company companies team teams person engineer engineers manager managers owner owners lead leads
+    employee employees contractor contractors member members author authors reviewer reviewers maintainer maintainers
+    contributor contributors organization organizations org orgs hire hires provider providers""".split()
+)
+
+
+def party_focus(question: str) -> str | None:
+    """The focus (:func:`question_focus`) of a ``question`` whose answer names a person, team or
+    organization by a noun: a who/whom question's role ("Who was the release *manager*?", "Who
+    remains *owner* ..."), or one of ``_PARTY_NOUNS`` after which/what ("Which *customer* ...").
+    Else ``None``; also for a who-question's verb ("Who *volunteered* ..."), which a reply answers
+    in its own words ("I can captain")."""
+    focus = question_focus(question)
+    text = QUOTED.sub(" , ", _FORMAT_CHARACTERS.sub("", question))
+    match = _FOCUS_WH.search(text)
+    if match is None:
+        return None
+    if match.group(1).lower().startswith("how"):
+        return None  # "How many customers ...": a count, not a name
+    following = [w.lower() for w in re.findall(r"[\w'’-]+", text[match.end() :])[:2]]
+    if match.group(1).lower() in ("who", "whom"):
+        verb = following[0] if following else ""
+        return focus if verb in _AUXILIARIES or verb in _LINKING_VERBS else None
+    if focus in _PARTY_NOUNS:
+        return focus
+    # "Which customer *asked* for ...": the noun right after which/what (or after one modifier,
+    # "Which enterprise customer ...") is the focus, whatever verb the phrase ends in.
+    for word in following:
+        if word in _AUXILIARIES or word in _DETERMINERS:
+            break
+        if word in _PARTY_NOUNS:
+            return word
+    return None
+
+
+_TITLE_WORD = r"[A-Z][a-z]+(?:['’-][A-Za-z]+)?"
+_NAME_RUN = re.compile(rf"\b{_TITLE_WORD}(?:\s+{_TITLE_WORD})+\b")  # "Dana Whitfield", "Eng Platform"
+_CAPITALIZED = re.compile(r"\b[A-Z][a-z]+[A-Za-z]*\b")  # "Initech", "InfraAnalytics"
+_BY_NAME = re.compile(r"\bby\s+@?[A-Z]")  # "approved by Mark"
+_HANDLE = re.compile(r"(?<![\w.])@[A-Za-z][\w.-]*|\b[\w.+-]+@[\w-]+\.[\w.]+")  # @dana, dana@example.com
+
+
+def names_someone(text: str, question: str, focus: str = "") -> bool:
+    """Whether ``text`` (a sentence) writes a name of a person, team or organization the
+    ``question`` does not: a run of two or more capitalized words ("Dana Whitfield", "Eng
+    Platform"), a capitalized word that is no common English word ("Initech";
+    ``sources.term_statistics.common_word``: "Hosted" or "Covered" open a sentence or name a
+    product tier, not a party), a capitalized word after "by", an @handle or an email address.
+    Words the question holds (any case) are not counted: the asker named them; nor is a run holding
+    the ``focus`` ("Customer Success" is a team, not the customer asked for), nor a single word
+    before a colon, a record's field name ("Mitigation: ...")."""
+    asked = {w.lower() for w in re.findall(r"[A-Za-z][\w'’-]*", question)}
+    if _BY_NAME.search(text) or _HANDLE.search(text):
+        return True
+    for run in _NAME_RUN.finditer(text):
+        words = [w.lower() for w in run.group(0).split()]
+        if focus not in words and any(w not in asked for w in words):
+            return True
+    return any(
+        word.lower() not in asked and not common_word(word.lower()) and text[m.end() : m.end() + 1] != ":"
+        for m in _CAPITALIZED.finditer(text)
+        for word in [m.group(0)]
+    )
 
 
 def asks_for_document(question: str) -> bool:

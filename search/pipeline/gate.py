@@ -42,7 +42,10 @@ in the organization's data (a signal that fades as the data grows):
    of the question's weight, with their neighbours: ``passages.answering_text``) hold no value
    of that form: partial. A value elsewhere in the evidence (another ticket's version) is no
    answer to this question, nor a number outside the sentences naming what a "how many"
-   question counts (:func:`number_beside_focus`).
+   question counts (:func:`number_beside_focus`). Likewise a question asking for a person, team or
+   organization by a noun ("Which *customer* ...", "Who was the release *manager*?") whose
+   sentences holding that noun name no one the question does not (:func:`name_beside_focus`):
+   partial, the missing type "name".
 
 Everything reads only the evidence the asker may read, so a note never reveals a restricted
 document.
@@ -63,11 +66,25 @@ from django.db import connection
 
 from kbportal.tenancy import tenant_context
 from search.llm import llm_client, llm_configured
-from search.pipeline.answer_types import asked_answer_type, counted_focus, question_focus
+from search.pipeline.answer_types import (
+    asked_answer_type,
+    counted_focus,
+    names_someone,
+    party_focus,
+    question_focus,
+)
 from search.pipeline.evidence import Evidence, evidence_text
-from search.pipeline.passages import Passage, ScoredEvidence, answering_passages, is_code, lexeme_sets, score_evidence
+from search.pipeline.passages import (
+    Passage,
+    ScoredEvidence,
+    answering_passages,
+    is_code,
+    lexeme_sets,
+    score_evidence,
+)
 from search.retrieval import dense_ranking, query_terms, scope_where_sql
 from search.text import QUOTED, holds_term, neutralize_citations, specific_terms
+from sources.connectors.slack_messages import TRANSCRIPT_KINDS
 from sources.embeddings import get_embedder
 from sources.selectors import QueryScope
 
@@ -319,6 +336,46 @@ def number_beside_focus(question: str, scored: ScoredEvidence, evidence: Sequenc
     return any(asked.held_by(passages[i].text) for i in holding)
 
 
+def name_beside_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evidence]) -> bool:
+    """For a question whose answer is a person, team or organization (``answer_types.party_focus``:
+    "Who *approved* ...", "Which *customer* ..."): whether a sentence holding the focus (as a
+    lexeme), in a block the answering passages come from, or the passage after it (a reply, the
+    next line of a record) names someone the question does not (``answer_types.names_someone``):
+    "a scheduled customer load test" is about a customer and names none. The answer candidate
+    stands near the focus (Moldovan et al., ACL 2000), as for :func:`number_beside_focus`. True
+    when the rule does not apply: no such focus, no passage holds it, only code does, or a block
+    title or heading names it (the text under "Customer" is about the customer, whichever sentence
+    names it)."""
+    focus = party_focus(question)
+    if focus is None:
+        return True
+    (focus_lexemes,) = lexeme_sets([focus])
+    by_n = {ev.n: ev for ev in evidence}
+    answering_blocks = {p.n for p in answering_passages(scored)}
+    passages = scored.passages
+    holding = [
+        i for i, p in enumerate(passages) if p.n in answering_blocks and focus_lexemes and focus_lexemes <= p.lexemes
+    ]
+    if not holding or all(passages[i].code or is_code(by_n[passages[i].n]) for i in holding):
+        return True
+    titles = lexeme_sets([by_n[n].title for n in sorted(answering_blocks)])
+    if any(focus_lexemes <= title for title in titles) or any(passages[i].heading for i in holding):
+        return True
+    candidates: list[str] = []
+    for i in holding:
+        sentences = _QUOTED_SENTENCE_END.split(passages[i].text)
+        lexemes = lexeme_sets(sentences) if len(sentences) > 1 else [passages[i].lexemes]
+        candidates += [text for text, held in zip(sentences, lexemes, strict=True) if focus_lexemes <= held]
+        reply = passages[i + 1] if i + 1 < len(passages) else None
+        if reply is not None and reply.n == passages[i].n and by_n[reply.n].kind in TRANSCRIPT_KINDS:
+            candidates.append(reply.text)
+    return any(names_someone(text, question, focus) for text in candidates)
+
+
+# Between two sentences, a closing quote or bracket after the full stop included ('... manager." 2026-03-09 Liam').
+_QUOTED_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)]*\s+(?=[A-Z0-9(])")
+
+
 def agent_noun(word: str, lexemes: frozenset[str]) -> bool:
     """Whether ``word`` ends in -er/-or (or -ers/-ors) and its English stem (``lexemes``,
     PostgreSQL's Snowball stemmer) drops that ending, as the stemmer does for an agent noun
@@ -420,16 +477,17 @@ def judge(question: str, evidence: list[Evidence], scope: QueryScope) -> Verdict
     asked = asked_answer_type(question)
     held = asked is None or asked.held_by(answering_text(scored, evidence))
     held = held and number_beside_focus(question, scored, evidence)
+    named = name_beside_focus(question, scored, evidence)
     if not answerable:
         status: Status = NOT_FOUND
-    elif missing_terms or focus or not held:
+    elif missing_terms or focus or not held or not named:
         status = PARTIAL
     else:
         status = ANSWERED
     return Verdict(
         status=status,
         missing_terms=missing_terms,
-        missing_type="" if held or asked is None else asked.label,
+        missing_type=("" if held or asked is None else asked.label) or ("" if named else "name"),
         missing_focus=focus,
         probability=round(probability, 3),
         decided_by=decided_by,

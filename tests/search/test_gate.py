@@ -637,3 +637,68 @@ def test_a_decline_never_says_the_sources_answer_in_part():
         text = extractive_answer("Who is the CEO hosting the offsite?", [block], verdict=verdict).text
         assert text.startswith("The sources I can read do not answer this.") and "in part" not in text, text
         assert "do not mention" in text
+
+
+@pytest.mark.parametrize(
+    ("question", "focus"),
+    [
+        ("Which customer asked for the audit export?", "customer"),
+        ("What vendor supplies the badge readers?", "vendor"),
+        ("Who was the release manager for 2.3?", "manager"),
+        ("Who is the owner of the billing service?", "owner"),
+        # a who-question's verb is answered by a reply in its own words ("I can take it")
+        ("Who volunteered to take the on-call shift?", None),
+        # neither a party noun nor a who-question
+        ("Which service calls the billing webhook?", None),
+        ("What is the retry limit for the billing webhook?", None),
+        ("How many customers were affected by the outage?", None),
+    ],
+)
+def test_a_question_asking_for_a_party_has_a_party_focus(question, focus):
+    from search.pipeline.answer_types import party_focus
+
+    assert party_focus(question) == focus
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("The audit export was requested by Initech last week.", True),
+        ("Dana Whitfield asked for the audit export.", True),
+        ("The request came from @dana in the support channel.", True),
+        ("Write to ops@example.com about the audit export.", True),
+        ("The audit export was approved by Mark.", True),
+        # no one named: sentence-initial common words, a field name, the asker's own words
+        ("Covered customers get the audit export within a day.", False),
+        ("Mitigation: run the audit export again.", False),
+        ("Customer Success tracks every audit export request.", False),
+        ("The Audit Export is a scheduled customer job.", False),
+    ],
+)
+def test_a_sentence_names_someone_only_with_a_name_the_question_lacks(text, names):
+    from search.pipeline.answer_types import names_someone
+
+    question = "Which customer asked for the audit export?"
+    assert names_someone(text, question, "customer") is names
+
+
+@pytest.mark.django_db
+def test_a_party_must_be_named_beside_the_focus(kb):
+    """ "Which customer ...": a sentence about "a scheduled customer load test" is about a customer
+    and names none, so the answer is partial with the missing type "name"; a sentence naming the
+    customer beside the focus answers, and so does a chat reply after the message asking."""
+    scope = scope_for_user(kb.acme.admin)
+    question = "Which customer requested the audit log export?"
+    text = ("The audit log export runs nightly for every customer account. "
+            "The audit log export was requested during the quarterly planning review.")  # fmt: skip
+    unnamed = _block(1, "Audit log export", text, lexical_rank=1, dense_rank=1, similarity=0.75)
+    verdict = judge(question, [unnamed], scope)
+    assert verdict.status == PARTIAL and verdict.missing_type == "name", verdict
+    named = _block(1, unnamed.title, text + " The customer Globodyne requested the audit log export in March.",
+                   lexical_rank=1, dense_rank=1, similarity=0.75)  # fmt: skip
+    verdict = judge(question, [named], scope)
+    assert verdict.missing_type == "" and verdict.status == ANSWERED, verdict
+    # A name written elsewhere in the block, away from the focus, is no answer to "which customer".
+    apart = _block(1, unnamed.title, "Priya Raman wrote the audit log export. " + text,
+                   lexical_rank=1, dense_rank=1, similarity=0.75)  # fmt: skip
+    assert judge(question, [apart], scope).missing_type == "name"
