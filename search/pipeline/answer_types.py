@@ -315,7 +315,7 @@ _PASSIVE_GET = frozenset("get gets getting got gotten".split())
 _ADVERBS = frozenset(
     """actually really exactly finally ever just originally eventually ultimately initially basically specifically
     officially currently usually typically recently precisely roughly approximately still already even also then
-    now""".split()
+    now once twice again""".split()
 )
 # After "who", a linking verb names no act ("Who *remains* owner ...": a role, as "Who is the owner").
 _LINKING_VERBS = frozenset("become becomes became remain remains remained stay stays stayed".split())
@@ -412,6 +412,38 @@ def question_focus(question: str) -> str | None:
         i += 1
     # A head that names the answer's form ("Which Slack *channel*", "What release *date*") leaves no focus.
     return phrase[-1] if phrase and phrase[-1] not in _NOT_FOCUS else None
+
+
+_DO_QUESTION = re.compile(r"^\W*(?:did|does|do)\b", re.I)
+
+
+def yes_no_focus(question: str) -> str | None:
+    """The object a do-support yes/no ``question`` asks about ("Did Dana get an *offer* after the
+    interview?", "Does the proxy strip the *prefix*?"): the head (last word) of the noun phrase
+    after the last determiner of its first clause (cut at a preposition, a conjunction or a comma;
+    an apposition between commas and a parenthesis are dropped), provided that determiner is not
+    the clause's first word (that one opens the subject: "Does the official extension work in
+    ..." asks about no object). ``None`` for other questions or when no such phrase is found: the
+    rule then asks nothing. A source that answers yes or no names what was got, done or supported;
+    one that never mentions the object is about something else (Moldovan et al., ACL 2000, take
+    the object noun as the focus of such questions)."""
+    text = QUOTED.sub(" x ", _FORMAT_CHARACTERS.sub("", question))
+    opening = _DO_QUESTION.match(text)
+    if opening is None:
+        return None
+    rest = re.sub(r"\([^)]*\)", " ", re.sub(r",[^,?]*,", " ", text[opening.end() :]))
+    words: list[str] = []
+    for raw in re.split(r"\s+", re.split(r"[,;?!—]| - ", rest)[0].strip()):
+        word = re.sub(r"['’]s$", "", raw.strip(".:'\"’").lower())
+        if word in _FOCUS_ENDS:
+            break
+        words.append(word)
+    openers = [i for i, w in enumerate(words) if i > 0 and w in _OBJECT_DETERMINERS]
+    if not openers:
+        return None
+    phrase = [w for w in words[openers[-1] + 1 :] if w not in _DETERMINERS and w not in _ADVERBS]
+    head = phrase[-1] if phrase else None
+    return head if head and head not in _NOT_FOCUS and _WORD_SHAPE.fullmatch(head) else None
 
 
 def counted_focus(question: str) -> str | None:

@@ -72,6 +72,7 @@ from search.pipeline.answer_types import (
     names_someone,
     party_focus,
     question_focus,
+    yes_no_focus,
 )
 from search.pipeline.evidence import Evidence, evidence_text
 from search.pipeline.passages import (
@@ -277,16 +278,17 @@ def missing_specific_terms(question: str, evidence: Sequence[Evidence]) -> tuple
 
 
 def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evidence]) -> str:
-    """The question's focus (``question_focus``) when no answering passage (``answering_passages``)
-    nor the title of a block they come from holds it (as a PostgreSQL English lexeme, so "approved"
-    meets "approval"); else ``""``. Code is read in other words than its question's ("which
+    """The question's focus (``question_focus``; for a do-support yes/no question, the object it
+    asks about, ``yes_no_focus``) when no answering passage (``answering_passages``) nor the title
+    of a block they come from holds it (as a PostgreSQL English lexeme, so "approved" meets
+    "approval"); else ``""``. Code is read in other words than its question's ("which
     function parses ..."), so answering passages that are all code are never held to it.
 
     An agent noun the stemmer cuts to its verb or action ("commander" -> ``command``, "reviewer"
     -> ``review``, :func:`agent_noun`) is looked for as written (singular, plural or possessive),
     or as its verb before "by" ("approved by Dana" names the approver): "the incident commander"
     is a person, and a passage about commands does not name one."""
-    focus = question_focus(question)
+    focus = question_focus(question) or yes_no_focus(question)
     chosen = answering_passages(scored)
     if focus is None or not chosen:
         return ""

@@ -702,3 +702,40 @@ def test_a_party_must_be_named_beside_the_focus(kb):
     apart = _block(1, unnamed.title, "Priya Raman wrote the audit log export. " + text,
                    lexical_rank=1, dense_rank=1, similarity=0.75)  # fmt: skip
     assert judge(question, [apart], scope).missing_type == "name"
+
+
+@pytest.mark.parametrize(
+    ("question", "focus"),
+    [
+        ("Did Dana get an offer after the onsite interview?", "offer"),
+        ("Did Jane Doe, the SRE candidate from the phone screen, end up getting an offer?", "offer"),
+        ("Does the proxy strip the prefix?", "prefix"),
+        ("Does FastAPI call a sub-dependency once when two dependencies use it?", "sub-dependency"),
+        # the only determiner opens the subject: no object asked about
+        ("Does the official editor extension work in Cursor?", None),
+        # no determiner, or not a do-support yes/no question
+        ("Did Redwood lose Helio Health's audit events?", None),
+        ("Is the staging proxy on port 8080?", None),
+        ("What did the team ship?", None),
+    ],
+)
+def test_a_do_question_asks_about_the_object_of_its_verb(question, focus):
+    from search.pipeline.answer_types import yes_no_focus
+
+    assert yes_no_focus(question) == focus
+
+
+@pytest.mark.django_db
+def test_a_yes_no_question_whose_object_the_evidence_never_mentions_is_a_partial_answer(kb):
+    """ "Did Dana get an offer ...": an interview write-up that never mentions an offer is about the
+    interview, not the answer; one that says the offer was made answers."""
+    scope = scope_for_user(kb.acme.admin)
+    question = "Did Dana Whitfield get an offer after the platform engineer interview?"
+    notes = ("Platform engineer interview with Dana Whitfield. Strong systems design, clear communication. "
+             "Next steps: reference checks.")  # fmt: skip
+    interview = _block(1, "Interview: platform engineer", notes, lexical_rank=1, dense_rank=1, similarity=0.8)
+    verdict = judge(question, [interview], scope)
+    assert verdict.status == PARTIAL and verdict.missing_focus == "offer", verdict
+    offered = _block(1, interview.title, notes + " Dana Whitfield got an offer after the interview and accepted it.",
+                     lexical_rank=1, dense_rank=1, similarity=0.8)  # fmt: skip
+    assert judge(question, [offered], scope).missing_focus == ""
