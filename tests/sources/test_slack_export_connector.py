@@ -19,7 +19,7 @@ import pytest
 
 from kbportal.tenancy import tenant_context
 from sources.connectors.base import IngestReport
-from sources.connectors.slack_export.connector import SlackExportConnector
+from sources.connectors.slack.export_connector import SlackExportConnector
 from sources.models import Document, IngestionRun
 from sources.services import source_create, source_ingest, source_update_config
 

@@ -27,8 +27,8 @@ from typing import Any
 
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
 from sources.connectors.files import FileRefused
-from sources.connectors.slack_export.config import SlackExportConfig
-from sources.connectors.slack_export.export import SlackExport
+from sources.connectors.slack.export import SlackExport
+from sources.connectors.slack.export_config import SlackExportConfig
 from sources.connectors.slack_messages import SlackMessage, ts_key
 from sources.connectors.slack_rows import (
     SlackChannel,
