@@ -51,7 +51,7 @@ from django.conf import settings
 from sources.term_statistics import SourceTermStatistics, TermStatistics, common_word
 
 if TYPE_CHECKING:
-    from sources.connectors.slack_messages import SlackMessage
+    from sources.connectors.slack.messages import SlackMessage
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sources.connectors.base import DocumentRow, json_object
-from sources.connectors.slack_messages import SlackMessage, transcript_line, ts_datetime, ts_key, valid_ts
+from sources.connectors.slack.messages import SlackMessage, transcript_line, ts_datetime, ts_key, valid_ts
 from sources.distill import Distiller, Run, clean_question, cut, distilled_text
 
 TITLE_CHARS = 120

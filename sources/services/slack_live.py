@@ -13,7 +13,7 @@ from django.utils import timezone
 from kbportal.tenancy import tenant_context
 from sources.connectors.base import ConnectorError
 from sources.connectors.registry import build_connector
-from sources.connectors.slack_messages import ts_key, valid_ts
+from sources.connectors.slack.messages import ts_key, valid_ts
 from sources.models import DataSource, Document, SlackEventSeen
 from sources.services.catalog import source_label
 from sources.services.ingestion import source_rows_delete, source_rows_upsert

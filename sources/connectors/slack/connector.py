@@ -31,7 +31,7 @@ from typing import Any
 from sources.connectors.base import Connector, DocumentRow, IngestReport
 from sources.connectors.slack.client import LazyUserNames, SlackClient, SlackError
 from sources.connectors.slack.config import SlackConfig
-from sources.connectors.slack_messages import SlackMessage, ts_key, valid_ts
+from sources.connectors.slack.messages import SlackMessage, ts_key, valid_ts
 from sources.connectors.slack_rows import (
     SlackChannel,
     SlackRenderer,

@@ -28,7 +28,7 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from sources.connectors.base import ConnectorError, json_object
 from sources.connectors.slack.client import SlackError, redact_tokens
 from sources.connectors.slack.config import SlackConfig
-from sources.connectors.slack_messages import valid_ts
+from sources.connectors.slack.messages import valid_ts
 from sources.connectors.slack_rows import NOISE_SUBTYPES
 
 logger = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ from sources.connectors.base import Connector, ConnectorError, DocumentRow, Inge
 from sources.connectors.files import FileRefused
 from sources.connectors.slack.export import SlackExport
 from sources.connectors.slack.export_config import SlackExportConfig
-from sources.connectors.slack_messages import SlackMessage, ts_key
+from sources.connectors.slack.messages import SlackMessage, ts_key
 from sources.connectors.slack_rows import (
     SlackChannel,
     SlackRenderer,
