@@ -2,7 +2,7 @@
 
 A full run (:meth:`SlackConnector.iter_rows`) backfills each configured channel: every page of
 ``conversations.history``, and ``conversations.replies`` for each message that has replies.
-Rows are the export connector's (``sources.connectors.slack_rows``): one ``thread`` row per
+Rows are the export connector's (``sources.connectors.slack.rows``): one ``thread`` row per
 thread (``<channel_id>:<thread_ts>``), other messages grouped into ``conversation`` rows
 (``<channel_id>:conv:<first_ts>``), and ``burst`` rows inside either (``sources.distill``); a
 thread's embedded text is its distillation. A private channel (``conversations.info``
@@ -32,7 +32,7 @@ from sources.connectors.base import Connector, DocumentRow, IngestReport
 from sources.connectors.slack.client import LazyUserNames, SlackClient, SlackError
 from sources.connectors.slack.config import SlackConfig
 from sources.connectors.slack.messages import SlackMessage, ts_key, valid_ts
-from sources.connectors.slack_rows import (
+from sources.connectors.slack.rows import (
     SlackChannel,
     SlackRenderer,
     channel_rows,

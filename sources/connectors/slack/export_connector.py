@@ -16,7 +16,7 @@ A thread's embedded text is its distillation (``metadata["distilled"]``). System
 leaves, topic/purpose/name changes, pins, integrations) is dropped; file shares and file
 comments are kept with the file names. Everything is derived from the export
 alone, so the same export gives the same ids and contents on every run. Rendering and grouping
-are shared with the live ``slack`` connector (``sources.connectors.slack_rows``).
+are shared with the live ``slack`` connector (``sources.connectors.slack.rows``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from sources.connectors.files import FileRefused
 from sources.connectors.slack.export import SlackExport
 from sources.connectors.slack.export_config import SlackExportConfig
 from sources.connectors.slack.messages import SlackMessage, ts_key
-from sources.connectors.slack_rows import (
+from sources.connectors.slack.rows import (
     SlackChannel,
     SlackRenderer,
     channel_rows,
