@@ -4,7 +4,7 @@ A full run (:meth:`SlackConnector.iter_rows`) backfills each configured channel:
 ``conversations.history``, and ``conversations.replies`` for each message that has replies.
 Rows are the export connector's (``sources.connectors.slack.rows``): one ``thread`` row per
 thread (``<channel_id>:<thread_ts>``), other messages grouped into ``conversation`` rows
-(``<channel_id>:conv:<first_ts>``), and ``burst`` rows inside either (``sources.distill``); a
+(``<channel_id>:conv:<first_ts>``), and ``burst`` rows inside either (``sources.connectors.slack.distill``); a
 thread's embedded text is its distillation. A private channel (``conversations.info``
 ``is_private``) gives its rows the principals ``slack:<user id>`` of its members
 (``conversations.members``). The workspace's user groups (``usergroups.list``, with the
@@ -31,6 +31,7 @@ from typing import Any
 from sources.connectors.base import Connector, DocumentRow, IngestReport
 from sources.connectors.slack.client import LazyUserNames, SlackClient, SlackError
 from sources.connectors.slack.config import SlackConfig
+from sources.connectors.slack.distill import Distiller, source_distiller
 from sources.connectors.slack.messages import SlackMessage, ts_key, valid_ts
 from sources.connectors.slack.rows import (
     SlackChannel,
@@ -43,7 +44,6 @@ from sources.connectors.slack.rows import (
     split_threads,
     thread_rows,
 )
-from sources.distill import Distiller, source_distiller
 
 CHANNEL_CACHE_SECONDS = 60.0
 MAX_WINDOW_SECONDS = 14 * 24 * 3600  # the widest history window a live refresh reads around a message

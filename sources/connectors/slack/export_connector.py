@@ -10,7 +10,7 @@ per day, ``<channel>/<YYYY-MM-DD>.json``, each a JSON list of messages. Rows:
   ``conversation_gap_minutes`` of the previous one, ``external_id =
   "<channel_id>:conv:<first_ts>"``;
 - ``burst``: a run of one author's messages inside either that passes the weighted threshold,
-  ``external_id = "<parent external id>:burst:<first_ts>"`` (``sources.distill``).
+  ``external_id = "<parent external id>:burst:<first_ts>"`` (``sources.connectors.slack.distill``).
 
 A thread's embedded text is its distillation (``metadata["distilled"]``). System noise (joins,
 leaves, topic/purpose/name changes, pins, integrations) is dropped; file shares and file
@@ -27,6 +27,7 @@ from typing import Any
 
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
 from sources.connectors.files import FileRefused
+from sources.connectors.slack.distill import Distiller, source_distiller
 from sources.connectors.slack.export import SlackExport
 from sources.connectors.slack.export_config import SlackExportConfig
 from sources.connectors.slack.messages import SlackMessage, ts_key
@@ -36,7 +37,6 @@ from sources.connectors.slack.rows import (
     channel_rows,
     collect_messages,
 )
-from sources.distill import Distiller, source_distiller
 
 
 class SlackExportConnector(Connector):
