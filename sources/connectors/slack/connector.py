@@ -12,7 +12,7 @@ thread's embedded text is its distillation. A private channel (``conversations.i
 
 Live updates (:meth:`SlackConnector.refresh_thread`) re-fetch one whole thread and, when a
 message is or becomes a loose one, the conversations around it; the ingestion service writes
-what comes back (``sources.services.slack_thread_refresh``).
+what comes back (``sources.connectors.slack.live.slack_thread_refresh``).
 
 Bot messages are kept (integrations post build results, issue comments, evaluations) and
 marked: their names go to ``metadata["bots"]`` and ``bot_message_count``, not to ``authors`` or

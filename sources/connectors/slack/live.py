@@ -1,4 +1,9 @@
-"""Live Slack: a thread refreshed, a deleted message purged, each Events API event applied once."""
+"""Live Slack: a thread refreshed, a deleted message purged, each Events API event applied once.
+
+The Slack package's writes (services; ``sources.services`` names them for the rest of the
+project): the connector fetches a thread (``SlackConnector.refresh_thread``), and these
+functions write it through the ingestion service's row upserts and deletes.
+"""
 
 from __future__ import annotations
 
