@@ -1,4 +1,5 @@
-"""The LLM client: the official ``openai`` client against any OpenAI-compatible endpoint."""
+"""The LLM as the answer pipeline sees it: configured or not (and switched off by
+:func:`without_llm`), and the client, built by :mod:`kbportal.llm_client`."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from django.conf import settings
+from kbportal.llm_client import llm_client, llm_model
+
+__all__ = ["llm_client", "llm_configured", "without_llm"]
 
 _LLM_ALLOWED: ContextVar[bool] = ContextVar("kb_llm_allowed", default=True)
 
@@ -16,7 +19,7 @@ def llm_configured() -> bool:
     :func:`without_llm`."""
     if not _LLM_ALLOWED.get():
         return False
-    return bool(settings.KB_LLM_MODEL and (settings.OPENAI_BASE_URL or settings.OPENAI_API_KEY))
+    return bool(llm_model())
 
 
 @contextmanager
@@ -27,15 +30,3 @@ def without_llm() -> Iterator[None]:
         yield
     finally:
         _LLM_ALLOWED.reset(token)
-
-
-def llm_client():
-    """An ``openai.OpenAI`` client for the configured endpoint (timeout ``KB_LLM_TIMEOUT`` s, no retries)."""
-    from openai import OpenAI
-
-    return OpenAI(
-        base_url=settings.OPENAI_BASE_URL or None,
-        api_key=settings.OPENAI_API_KEY or "unused",
-        timeout=settings.KB_LLM_TIMEOUT,
-        max_retries=0,
-    )

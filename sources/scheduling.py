@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 
 # High 32 bits of the advisory lock key ("kbSY"); the low 32 bits are the source id. Advisory
 # locks are per database, and the one-bigint key space does not overlap the two-int4 keys of
-# ``sources.services.slack_live._slack_channel_lock``.
+# ``sources.connectors.slack.live._slack_channel_lock``.
 LOCK_NAMESPACE = 0x6B625359
 ACTIVE = (IngestionRun.Status.QUEUED, IngestionRun.Status.RUNNING)
 FINISHED = (

@@ -2,7 +2,7 @@
 (``ln(N / df)``, Spärck Jones, "A statistical interpretation of term specificity", 1972), and
 the bundled common English words the heuristic uses before a source has statistics.
 
-Used by Slack burst detection (``sources.distill``).
+Used by Slack burst detection (``sources.connectors.slack.distill``).
 """
 
 from __future__ import annotations

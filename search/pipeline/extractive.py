@@ -21,7 +21,7 @@ from search.pipeline.evidence import RELEVANT_SIMILARITY, Evidence
 from search.pipeline.gate import EMPTY_SCOPE, Verdict, named_terms
 from search.pipeline.passages import ClauseScores, Passage, clause_score, is_code
 from search.text import STEM_CHARS, STOP_WORDS, WORD, holds_term, neutralize_citations
-from sources.connectors.slack_messages import TRANSCRIPT_KINDS
+from sources.connectors.slack.messages import TRANSCRIPT_KINDS
 
 # -- the extractive answer ---------------------------------------------------------------------
 

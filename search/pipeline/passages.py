@@ -25,7 +25,7 @@ from search.pipeline.answer_types import asks_for_document
 from search.pipeline.evidence import PASSAGE_GAP, SNIPPET_CHARS, Evidence, query_passage
 from search.pipeline.subquestions import SubQuestion, sub_questions
 from search.text import neutralize_citations
-from sources.connectors.slack_messages import TRANSCRIPT_KINDS, TRANSCRIPT_STAMP
+from sources.connectors.slack.messages import TRANSCRIPT_KINDS, TRANSCRIPT_STAMP
 
 PASSAGE_MIN_CHARS = 25
 PASSAGE_MAX_CHARS = 360

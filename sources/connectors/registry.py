@@ -25,7 +25,7 @@ from sources.connectors.base import Connector, ConnectorError
 BUILTIN_CONNECTORS: dict[str, str] = {
     "git": "sources.connectors.git.connector.GitConnector",
     "docs": "sources.connectors.docs.connector.DocsConnector",
-    "slack_export": "sources.connectors.slack_export.connector.SlackExportConnector",
+    "slack_export": "sources.connectors.slack.export_connector.SlackExportConnector",
     "slack": "sources.connectors.slack.connector.SlackConnector",
     "jsonl": "sources.connectors.jsonl.connector.JsonDocumentsConnector",
     "github": "sources.connectors.github.connector.GitHubConnector",

@@ -6,10 +6,18 @@ the project calls.
 - :mod:`sources.services.ingestion`: full runs and partial updates of live sources, idempotent
   and resumable (rows upserted by external id and compared by content hash);
 - :mod:`sources.services.term_stats`: the lexeme statistics and champion lists retrieval reads;
-- :mod:`sources.services.slack_live`: live Slack events applied to a source's rows;
-- :mod:`sources.services.directory`: the people and groups a source exposes.
+- :mod:`sources.services.directory`: the people and groups a source exposes;
+- :mod:`sources.connectors.slack.live` (with the rest of Slack): live Slack events applied to a
+  source's rows.
 """
 
+from sources.connectors.slack.live import (
+    slack_event_apply,
+    slack_event_claim,
+    slack_events_prune,
+    slack_message_purge,
+    slack_thread_refresh,
+)
 from sources.services.catalog import (
     config_merge_secrets,
     ingestion_run_create,
@@ -26,13 +34,6 @@ from sources.services.ingestion import (
     source_ingest,
     source_rows_delete,
     source_rows_upsert,
-)
-from sources.services.slack_live import (
-    slack_event_apply,
-    slack_event_claim,
-    slack_events_prune,
-    slack_message_purge,
-    slack_thread_refresh,
 )
 from sources.services.term_stats import source_refresh_champions, source_refresh_term_stats
 

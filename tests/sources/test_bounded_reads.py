@@ -20,7 +20,7 @@ from sources.connectors.docs.connector import DocsConnector
 from sources.connectors.files import FileRefused, FileTooLarge, iter_lines_bounded, read_bounded
 from sources.connectors.jira.connector import JiraConnector
 from sources.connectors.jsonl.connector import JsonDocumentsConnector
-from sources.connectors.slack_export.connector import SlackExportConnector
+from sources.connectors.slack.export_connector import SlackExportConnector
 from sources.models import IngestionRun
 from sources.scheduling import runs_abandon, source_health_list, source_run_lock
 from sources.services import source_create, source_ingest

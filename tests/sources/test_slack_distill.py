@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from kbportal.tenancy import tenant_context
+from sources.connectors.slack.distill import is_acknowledgement
 from sources.connectors.slack.events import parse_event
-from sources.distill import is_acknowledgement
 from sources.models import Document
 from sources.services import slack_event_apply, slack_thread_refresh, source_create, source_ingest
 from tests.llm_server import FakeOpenAIServer

@@ -19,7 +19,7 @@ import pytest
 
 from kbportal.tenancy import tenant_context
 from sources.connectors.base import IngestReport
-from sources.connectors.slack_export.connector import SlackExportConnector
+from sources.connectors.slack.export_connector import SlackExportConnector
 from sources.models import Document, IngestionRun
 from sources.services import source_create, source_ingest, source_update_config
 
@@ -128,7 +128,7 @@ def test_houston_export_rows_names_reactions_and_coverage(make_tenant, shared_di
 
     assert run.status == IngestionRun.Status.SUCCEEDED, run.error
     assert run.skipped_items == []
-    # Burst rows (sources.distill) sit beside the conversations; the counts below are the parents'.
+    # Burst rows (sources.connectors.slack.distill) sit beside the conversations; the counts below are the parents'.
     every = rows
     rows = {eid: r for eid, r in every.items() if r["kind"] != "burst"}
     assert len(rows) == expected_conversations == 385
@@ -274,7 +274,7 @@ def test_thread_with_replies_in_two_day_files_is_one_row(make_tenant, tmp_path):
         "2024-03-05 00:10 Ana Lima: fixed by <pinning> the image",
         "2024-03-05 09:00 cy.w: [file: postmortem.md]",
     ]
-    # What is embedded is the thread's distillation (sources.distill): the asker's own fix resolves it.
+    # What is embedded is the thread's distillation (sources.connectors.slack.distill): the asker's own fix resolves it.
     assert thread["text"].startswith("#eng\nQuestion: Deploy is failing on staging logs attached\n")
     assert "Resolution: fixed by <pinning> the image" in thread["text"]
     assert thread["metadata"]["distilled"]["resolution_by"] == "Ana Lima"

@@ -7,7 +7,7 @@ import re
 from pydantic import Field, SecretStr, field_validator
 
 from sources.connectors.base import ConnectorConfig
-from sources.connectors.slack_rows import check_workspace_url
+from sources.connectors.slack.rows import check_workspace_url
 
 CHANNEL_ID_RE = re.compile(r"^[CG][A-Z0-9]{2,}$")
 

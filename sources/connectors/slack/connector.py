@@ -2,9 +2,9 @@
 
 A full run (:meth:`SlackConnector.iter_rows`) backfills each configured channel: every page of
 ``conversations.history``, and ``conversations.replies`` for each message that has replies.
-Rows are the export connector's (``sources.connectors.slack_rows``): one ``thread`` row per
+Rows are the export connector's (``sources.connectors.slack.rows``): one ``thread`` row per
 thread (``<channel_id>:<thread_ts>``), other messages grouped into ``conversation`` rows
-(``<channel_id>:conv:<first_ts>``), and ``burst`` rows inside either (``sources.distill``); a
+(``<channel_id>:conv:<first_ts>``), and ``burst`` rows inside either (``sources.connectors.slack.distill``); a
 thread's embedded text is its distillation. A private channel (``conversations.info``
 ``is_private``) gives its rows the principals ``slack:<user id>`` of its members
 (``conversations.members``). The workspace's user groups (``usergroups.list``, with the
@@ -12,7 +12,7 @@ thread's embedded text is its distillation. A private channel (``conversations.i
 
 Live updates (:meth:`SlackConnector.refresh_thread`) re-fetch one whole thread and, when a
 message is or becomes a loose one, the conversations around it; the ingestion service writes
-what comes back (``sources.services.slack_thread_refresh``).
+what comes back (``sources.connectors.slack.live.slack_thread_refresh``).
 
 Bot messages are kept (integrations post build results, issue comments, evaluations) and
 marked: their names go to ``metadata["bots"]`` and ``bot_message_count``, not to ``authors`` or
@@ -31,8 +31,9 @@ from typing import Any
 from sources.connectors.base import Connector, DocumentRow, IngestReport
 from sources.connectors.slack.client import LazyUserNames, SlackClient, SlackError
 from sources.connectors.slack.config import SlackConfig
-from sources.connectors.slack_messages import SlackMessage, ts_key, valid_ts
-from sources.connectors.slack_rows import (
+from sources.connectors.slack.distill import Distiller, source_distiller
+from sources.connectors.slack.messages import SlackMessage, ts_key, valid_ts
+from sources.connectors.slack.rows import (
     SlackChannel,
     SlackRenderer,
     channel_rows,
@@ -43,7 +44,6 @@ from sources.connectors.slack_rows import (
     split_threads,
     thread_rows,
 )
-from sources.distill import Distiller, source_distiller
 
 CHANNEL_CACHE_SECONDS = 60.0
 MAX_WINDOW_SECONDS = 14 * 24 * 3600  # the widest history window a live refresh reads around a message

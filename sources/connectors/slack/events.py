@@ -28,8 +28,8 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from sources.connectors.base import ConnectorError, json_object
 from sources.connectors.slack.client import SlackError, redact_tokens
 from sources.connectors.slack.config import SlackConfig
-from sources.connectors.slack_messages import valid_ts
-from sources.connectors.slack_rows import NOISE_SUBTYPES
+from sources.connectors.slack.messages import valid_ts
+from sources.connectors.slack.rows import NOISE_SUBTYPES
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def parse_event(payload: dict[str, Any], *, channels: Collection[str]) -> SlackC
     """The change an Events API ``event_callback`` payload asks for, or ``None`` to ignore it.
 
     Ignored: payloads without an ``event_id``, events other than ``message``, channels not in
-    ``channels``, channel noise (joins, leaves, topics, pins: ``slack_rows.NOISE_SUBTYPES``)
+    ``channels``, channel noise (joins, leaves, topics, pins: ``rows.NOISE_SUBTYPES``)
     and ``message_replied`` (the reply's own event does the work).
     """
     event_id = payload.get("event_id")

@@ -46,12 +46,11 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
-
+from kbportal.llm_client import llm_client, llm_model
 from sources.term_statistics import SourceTermStatistics, TermStatistics, common_word
 
 if TYPE_CHECKING:
-    from sources.connectors.slack_messages import SlackMessage
+    from sources.connectors.slack.messages import SlackMessage
 
 logger = logging.getLogger(__name__)
 
@@ -358,21 +357,6 @@ def distill_rules(messages: list[SlackMessage], *, channel: str, root: SlackMess
     }
 
 
-def _llm_settings() -> tuple[str, str, str, float] | None:
-    model = getattr(settings, "KB_LLM_MODEL", "")
-    base_url = getattr(settings, "OPENAI_BASE_URL", "")
-    api_key = getattr(settings, "OPENAI_API_KEY", "")
-    if not model or not (base_url or api_key):
-        return None
-    return model, base_url, api_key, float(getattr(settings, "KB_LLM_TIMEOUT", 60))
-
-
-def _llm_client(base_url: str, api_key: str, timeout: float):
-    from openai import OpenAI
-
-    return OpenAI(base_url=base_url or None, api_key=api_key or "unused", timeout=timeout, max_retries=0)
-
-
 def _checked(data: Any) -> dict[str, Any]:
     """The LLM's answer as the distillation fields; raises ``ValueError`` naming what is wrong."""
     if not isinstance(data, dict):
@@ -399,11 +383,10 @@ def distill_llm(messages: list[SlackMessage], *, channel: str, transcript: str) 
     Raises ``ValueError`` (not JSON, wrong shape), ``RuntimeError`` (no LLM configured) or the
     ``openai`` client's errors (transport, HTTP status); callers fall back to the rules.
     """
-    configured = _llm_settings()
-    if configured is None:
+    model = llm_model()
+    if not model:
         raise RuntimeError("no LLM configured")
-    model, base_url, api_key, timeout = configured
-    response = _llm_client(base_url, api_key, timeout).chat.completions.create(
+    response = llm_client().chat.completions.create(
         model=model,
         temperature=0,
         messages=[
@@ -516,8 +499,8 @@ class Distiller:
     def _llm_salt(self) -> str | None:
         if self.use_llm is False:
             return None
-        configured = _llm_settings()
-        return f"llm:{configured[0]}" if configured else None
+        model = llm_model()
+        return f"llm:{model}" if model else None
 
     def thread(
         self,

@@ -10,13 +10,13 @@ per day, ``<channel>/<YYYY-MM-DD>.json``, each a JSON list of messages. Rows:
   ``conversation_gap_minutes`` of the previous one, ``external_id =
   "<channel_id>:conv:<first_ts>"``;
 - ``burst``: a run of one author's messages inside either that passes the weighted threshold,
-  ``external_id = "<parent external id>:burst:<first_ts>"`` (``sources.distill``).
+  ``external_id = "<parent external id>:burst:<first_ts>"`` (``sources.connectors.slack.distill``).
 
 A thread's embedded text is its distillation (``metadata["distilled"]``). System noise (joins,
 leaves, topic/purpose/name changes, pins, integrations) is dropped; file shares and file
 comments are kept with the file names. Everything is derived from the export
 alone, so the same export gives the same ids and contents on every run. Rendering and grouping
-are shared with the live ``slack`` connector (``sources.connectors.slack_rows``).
+are shared with the live ``slack`` connector (``sources.connectors.slack.rows``).
 """
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ from typing import Any
 
 from sources.connectors.base import Connector, ConnectorError, DocumentRow, IngestReport
 from sources.connectors.files import FileRefused
-from sources.connectors.slack_export.config import SlackExportConfig
-from sources.connectors.slack_export.export import SlackExport
-from sources.connectors.slack_messages import SlackMessage, ts_key
-from sources.connectors.slack_rows import (
+from sources.connectors.slack.distill import Distiller, source_distiller
+from sources.connectors.slack.export import SlackExport
+from sources.connectors.slack.export_config import SlackExportConfig
+from sources.connectors.slack.messages import SlackMessage, ts_key
+from sources.connectors.slack.rows import (
     SlackChannel,
     SlackRenderer,
     channel_rows,
     collect_messages,
 )
-from sources.distill import Distiller, source_distiller
 
 
 class SlackExportConnector(Connector):

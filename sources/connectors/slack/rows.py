@@ -9,12 +9,12 @@ channel's messages with :func:`channel_rows`:
 - ``conversation``: consecutive messages outside threads in one channel, each within
   ``gap_minutes`` of the previous one, ``external_id = "<channel_id>:conv:<first_ts>"``;
 - ``burst``: inside a thread or conversation, a run of consecutive messages by one author that
-  passes the weighted threshold of ``sources.distill`` (a rare token, >= 200 characters, or a
+  passes the weighted threshold of ``sources.connectors.slack.distill`` (a rare token, >= 200 characters, or a
   reaction), child of that row (``parent_external_id``), ``external_id =
   "<parent external id>:burst:<first_ts>"``, embedded with the parent's topic prepended.
 
 A thread's embedded text is its distillation (question, summary, resolution, systems, code
-references; ``metadata["distilled"]``), see ``sources.distill``; ``content`` stays the raw
+references; ``metadata["distilled"]``), see ``sources.connectors.slack.distill``; ``content`` stays the raw
 transcript. System noise (joins, leaves, topic/purpose/name changes, pins, integrations) is dropped; file
 shares and file comments are kept with the file names. Rows are derived from the messages
 alone, so the same messages give the same ids and contents whichever connector read them.
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sources.connectors.base import DocumentRow, json_object
-from sources.connectors.slack_messages import SlackMessage, transcript_line, ts_datetime, ts_key, valid_ts
-from sources.distill import Distiller, Run, clean_question, cut, distilled_text
+from sources.connectors.slack.distill import Distiller, Run, clean_question, cut, distilled_text
+from sources.connectors.slack.messages import SlackMessage, transcript_line, ts_datetime, ts_key, valid_ts
 
 TITLE_CHARS = 120
 EMBED_CHARS = 1500

@@ -1,4 +1,9 @@
-"""Live Slack: a thread refreshed, a deleted message purged, each Events API event applied once."""
+"""Live Slack: a thread refreshed, a deleted message purged, each Events API event applied once.
+
+The Slack package's writes (services; ``sources.services`` names them for the rest of the
+project): the connector fetches a thread (``SlackConnector.refresh_thread``), and these
+functions write it through the ingestion service's row upserts and deletes.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from django.utils import timezone
 from kbportal.tenancy import tenant_context
 from sources.connectors.base import ConnectorError
 from sources.connectors.registry import build_connector
-from sources.connectors.slack_messages import ts_key, valid_ts
+from sources.connectors.slack.messages import ts_key, valid_ts
 from sources.models import DataSource, Document, SlackEventSeen
 from sources.services.catalog import source_label
 from sources.services.ingestion import source_rows_delete, source_rows_upsert

@@ -1,7 +1,7 @@
 """Slack messages as the rows see them: the rendered message, Slack timestamps, transcript lines.
 
-Shared by the row builders (``sources.connectors.slack_rows``), the distiller
-(``sources.distill``) and the answer pipeline, which reads transcripts back
+Shared by the row builders (``sources.connectors.slack.rows``), the distiller
+(``sources.connectors.slack.distill``) and the answer pipeline, which reads transcripts back
 (``TRANSCRIPT_KINDS``, ``TRANSCRIPT_STAMP``). Imports nothing of the project.
 """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from sources.connectors.files import FileSourceConfig
-from sources.connectors.slack_rows import check_workspace_url
+from sources.connectors.slack.rows import check_workspace_url
 
 
 class SlackExportConfig(FileSourceConfig):
