@@ -85,7 +85,7 @@ from search.pipeline.passages import (
 )
 from search.retrieval import dense_ranking, query_terms, scope_where_sql
 from search.text import QUOTED, holds_term, neutralize_citations, specific_terms
-from sources.connectors.slack_messages import TRANSCRIPT_KINDS
+from sources.connectors.slack.messages import TRANSCRIPT_KINDS
 from sources.embeddings import get_embedder
 from sources.selectors import QueryScope
 
