@@ -117,3 +117,73 @@ def holds_term(text: str, term: str) -> bool:
     # not hold "ERR-4471".
     pattern = r"(?<![^\W_])" + r"[\s_\-]*".join(parts) + r"(?:(?=(?-i:[A-Z][a-z])|_)|(?![^\W_]))"
     return re.search(pattern, text, re.I) is not None
+
+
+# -- spelling variants and abbreviations --------------------------------------------------------
+
+# Short forms writers use for a word, both ways: a question's "auth" is met by a page's
+# "authentication", its "maximum" by "max". Only well-established abbreviations of software and
+# office writing; an ambiguous one stands for each of its expansions.
+ABBREVIATIONS: dict[str, tuple[str, ...]] = {
+    "auth": ("authentication", "authorization"),
+    "authn": ("authentication",),
+    "authz": ("authorization",),
+    "config": ("configuration",),
+    "configs": ("configurations",),
+    "max": ("maximum",),
+    "min": ("minimum",),
+    "info": ("information",),
+    "repo": ("repository",),
+    "repos": ("repositories",),
+    "env": ("environment",),
+    "envs": ("environments",),
+    "prod": ("production",),
+    "dev": ("development",),
+    "db": ("database",),
+    "dbs": ("databases",),
+    "admin": ("administrator",),
+    "admins": ("administrators",),
+    "param": ("parameter",),
+    "params": ("parameters",),
+    "arg": ("argument",),
+    "args": ("arguments",),
+    "spec": ("specification",),
+    "specs": ("specifications",),
+    "stats": ("statistics",),
+    "perf": ("performance",),
+    "impl": ("implementation",),
+    "dir": ("directory",),
+    "dirs": ("directories",),
+    "msg": ("message",),
+    "msgs": ("messages",),
+    "k8s": ("kubernetes",),
+    "async": ("asynchronous",),
+    "sync": ("synchronous",),
+}
+_EXPANSIONS: dict[str, tuple[str, ...]] = {}
+for _short, _longs in ABBREVIATIONS.items():
+    for _long in _longs:
+        _EXPANSIONS[_long] = (*_EXPANSIONS.get(_long, ()), _short)
+# British and American spellings (suffix, other suffix), each way: "behaviour"/"behavior",
+# "normalise"/"normalize", "analyse"/"analyze", "centre"/"center", "catalogue"/"catalog",
+# "cancelled"/"canceled".
+_SPELLINGS = (
+    ("our", "or"), ("ours", "ors"), ("ise", "ize"), ("ised", "ized"), ("ises", "izes"), ("ising", "izing"),
+    ("isation", "ization"), ("yse", "yze"), ("ysed", "yzed"), ("tre", "ter"), ("tres", "ters"),
+    ("ogue", "og"), ("ogues", "ogs"), ("elled", "eled"), ("elling", "eling"),
+)  # fmt: skip
+
+
+def word_variants(word: str) -> list[str]:
+    """Other ways of writing the lower-case ``word``: its abbreviation or expansions
+    (``ABBREVIATIONS``) and its British or American spelling (``_SPELLINGS``; for words of six
+    letters or more, so "four" never becomes "for"). ``[]`` when there are none. A variant that
+    is no word is harmless: it is only looked for in the evidence."""
+    variants = list(ABBREVIATIONS.get(word, ()))
+    variants += _EXPANSIONS.get(word, ())
+    if len(word) >= 6:
+        for a, b in _SPELLINGS:
+            for end, other in ((a, b), (b, a)):
+                if word.endswith(end) and len(word) - len(end) >= 3:
+                    variants.append(word[: -len(end)] + other)
+    return [v for v in dict.fromkeys(variants) if v != word]

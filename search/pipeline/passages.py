@@ -24,7 +24,7 @@ from django.db import connection
 from search.pipeline.answer_types import asks_for_document
 from search.pipeline.evidence import PASSAGE_GAP, SNIPPET_CHARS, Evidence, query_passage
 from search.pipeline.subquestions import SubQuestion, sub_questions
-from search.text import neutralize_citations
+from search.text import WORD, neutralize_citations, word_variants
 from sources.connectors.slack.messages import TRANSCRIPT_KINDS, TRANSCRIPT_STAMP
 
 PASSAGE_MIN_CHARS = 25
@@ -328,6 +328,23 @@ def lexeme_sets(texts: Sequence[str]) -> list[frozenset[str]]:
         return [frozenset(row[0]) for row in cursor.fetchall()]
 
 
+def _term_variants(question_lexemes: frozenset[str], pair_lexemes: list[frozenset[str]]) -> dict[str, frozenset[str]]:
+    """``{question lexeme: lexemes of its other spellings}`` from the lexemes of (word, variant)
+    pairs in order (``search.text.word_variants``)."""
+    variants: dict[str, frozenset[str]] = {}
+    for word_lex, variant_lex in zip(pair_lexemes[::2], pair_lexemes[1::2], strict=True):
+        for lexeme in word_lex & question_lexemes:
+            variants[lexeme] = variants.get(lexeme, frozenset()) | (variant_lex - word_lex)
+    return variants
+
+
+def _with_variants(lexemes: frozenset[str], variants: dict[str, frozenset[str]]) -> frozenset[str]:
+    """``lexemes`` with each question lexeme one of whose other spellings they hold: a page writing
+    "behavior" or "authentication" holds the question's "behaviour" or "auth"."""
+    held = {lexeme for lexeme, others in variants.items() if others & lexemes}
+    return lexemes | held if held else lexemes
+
+
 def question_weights(question_lexemes: frozenset[str], df: dict[str, int], n_rows: int) -> dict[str, float]:
     """``{lexeme: idf / ln(N + 1)}`` for the question's lexemes (see the module docstring).
 
@@ -405,11 +422,16 @@ def score_evidence(
     asked = every_clause[:MAX_CLAUSES]
     clause_texts = [c.text for c in asked]
     asking = " ".join(f"{c.context} {c.text}" for c in every_clause)  # a fourth clause still asks
+    variant_pairs = [(w, v) for w in sorted({w.lower() for w in WORD.findall(question)}) for v in word_variants(w)]
+    variant_texts = [text for pair in variant_pairs for text in pair]
     lexemes = lexeme_sets(
-        [question, asking, *clause_texts, *block_texts, *[ev.title for ev in blocks], *[p.text for p in passages]]
+        [question, asking, *clause_texts, *variant_texts, *block_texts, *[ev.title for ev in blocks]]
+        + [p.text for p in passages]
     )
     q_lexemes, asking_lex = lexemes[0], lexemes[1]
     clause_lex, rest = lexemes[2 : 2 + len(clause_texts)], lexemes[2 + len(clause_texts) :]
+    variant_lex, rest = rest[: len(variant_texts)], rest[len(variant_texts) :]
+    variants = _term_variants(q_lexemes, variant_lex)
     block_lex, title_lex, passage_lex = (
         rest[: len(blocks)],
         rest[len(blocks) : 2 * len(blocks)],
@@ -418,6 +440,9 @@ def score_evidence(
     scored = ScoredEvidence(weights=question_weights(q_lexemes, df, n_rows), asked_lexemes=asking_lex)
     top_score = max((ev.score for ev in blocks), default=0.0)
     titles = {}
+    block_lex, title_lex, passage_lex = (
+        [_with_variants(lx, variants) for lx in group] for group in (block_lex, title_lex, passage_lex)
+    )
     for ev, lx, tl in zip(blocks, block_lex, title_lex, strict=True):
         scored.block_lexemes[ev.n] = lx
         scored.block_coverage[ev.n] = scored.coverage_of(lx)

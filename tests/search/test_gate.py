@@ -739,3 +739,36 @@ def test_a_yes_no_question_whose_object_the_evidence_never_mentions_is_a_partial
     offered = _block(1, interview.title, notes + " Dana Whitfield got an offer after the interview and accepted it.",
                      lexical_rank=1, dense_rank=1, similarity=0.8)  # fmt: skip
     assert judge(question, [offered], scope).missing_focus == ""
+
+
+@pytest.mark.parametrize(
+    ("word", "variants"),
+    [
+        ("behaviour", ["behavior"]),
+        ("normalize", ["normalise"]),
+        ("auth", ["authentication", "authorization"]),
+        ("authentication", ["auth", "authn"]),
+        ("maximum", ["max"]),
+        ("four", []),  # too short for a spelling rule: never "for"
+        ("deploy", []),
+    ],
+)
+def test_a_word_has_its_other_spellings_and_abbreviations(word, variants):
+    from search.text import word_variants
+
+    assert word_variants(word) == variants
+
+
+@pytest.mark.django_db
+def test_a_page_in_the_other_spelling_or_the_long_form_holds_the_question_term(kb):
+    """A question in British spelling with an abbreviation ("behaviour", "auth") is answered by a
+    page writing "behavior" and "authentication": the terms count as held, so its coverage is
+    the same as for the question written the page's way."""
+    from search.pipeline.passages import score_evidence
+
+    text = "To restore the old behavior, override make_not_authenticated_error in your authentication classes."
+    page = _block(1, "Security > HTTP status", text, lexical_rank=1, dense_rank=1, similarity=0.8)
+    british = score_evidence("How do I restore the old auth behaviour?", [page], df={}, n_rows=100)
+    american = score_evidence("How do I restore the old authentication behavior?", [page], df={}, n_rows=100)
+    assert british.block_coverage[1] == american.block_coverage[1] == 1.0
+    assert score_evidence("How do I restore the old colour?", [page], df={}, n_rows=100).block_coverage[1] < 1.0
