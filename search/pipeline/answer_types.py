@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from search.text import QUOTED, without_citations
+from search.text import QUOTED, STOP_WORDS, without_citations
 from sources.term_statistics import common_word
 
 
@@ -431,7 +431,7 @@ def yes_no_focus(question: str) -> str | None:
     opening = _DO_QUESTION.match(text)
     if opening is None:
         return None
-    rest = re.sub(r"\([^)]*\)", " ", re.sub(r",[^,?]*,", " ", text[opening.end() :]))
+    rest = re.sub(r"\([^()]*\)", " ", re.sub(r",[^,?]*,", " ", text[opening.end() :]))
     words: list[str] = []
     for raw in re.split(r"\s+", re.split(r"[,;?!—]| - ", rest)[0].strip()):
         word = re.sub(r"['’]s$", "", raw.strip(".:'\"’").lower())
@@ -481,7 +481,13 @@ def party_focus(question: str) -> str | None:
         return None
     if match.group(1).lower().startswith("how"):
         return None  # "How many customers ...": a count, not a name
-    following = [w.lower() for w in re.findall(r"[\w'’-]+", text[match.end() :])[:2]]
+    before = text[: match.start()].rstrip()
+    if before and before[-1] not in ".!?:;,—-(\n":
+        return None  # a relative "who" ("notify customers *who* were affected"): not what is asked
+    following = [w.lower().lstrip("'’") for w in re.findall(r"[\w'’-]+", text[match.end() :])[:4]]
+    if following[:1] == ["of"]:  # "Which of our customers ...": as "Which customers"
+        following = [w for w in following[1:] if w not in _DETERMINERS]
+    following = following[:2]
     if match.group(1).lower() in ("who", "whom"):
         verb = following[0] if following else ""
         return focus if verb in _AUXILIARIES or verb in _LINKING_VERBS else None
@@ -497,34 +503,84 @@ def party_focus(question: str) -> str | None:
     return None
 
 
-_TITLE_WORD = r"[A-Z][a-z]+(?:['’-][A-Za-z]+)?"
-_NAME_RUN = re.compile(rf"\b{_TITLE_WORD}(?:\s+{_TITLE_WORD})+\b")  # "Dana Whitfield", "Eng Platform"
-_CAPITALIZED = re.compile(r"\b[A-Z][a-z]+[A-Za-z]*\b")  # "Initech", "InfraAnalytics"
-_BY_NAME = re.compile(r"\bby\s+@?[A-Z]")  # "approved by Mark"
-_HANDLE = re.compile(r"(?<![\w.])@[A-Za-z][\w.-]*|\b[\w.+-]+@[\w-]+\.[\w.]+")  # @dana, dana@example.com
+_NAME_TOKEN = re.compile(r"[^\W\d_][\w'’-]*")  # a Unicode word: "Björn", "O'Neil", "InfraAnalytics"
+_AT_HANDLE = re.compile(r"(?<![\w.])@[^\W\d_][\w.-]*")  # @dana
+_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+\.[\w.]+")  # dana@example.com (one start per run: linear)
+_CALENDAR_WORDS = frozenset(
+    """monday tuesday wednesday thursday friday saturday sunday january february march april may june july
+    august september october november december jan feb mar apr jun jul aug sep sept oct nov dec""".split()
+)
+_SENTENCE_OPENERS = ".!?:;\n\"'“(*-•"
+
+
+def _capitalized(word: str) -> bool:
+    """A capitalized word, not an acronym or a code ("Dana", "Björn", "InfraAnalytics"; not "API",
+    "SRE", "H100s")."""
+    parts = [part for part in re.split(r"[-‐]", word) if part]
+    return (
+        all(part[0].isupper() for part in parts)  # "Mary-Jane", not "Dedicated-to-Hosted"
+        and not word.isupper()
+        and not any(c.isdigit() for c in word)
+    )
 
 
 def names_someone(text: str, question: str, focus: str = "") -> bool:
     """Whether ``text`` (a sentence) writes a name of a person, team or organization the
-    ``question`` does not: a run of two or more capitalized words ("Dana Whitfield", "Eng
-    Platform"), a capitalized word that is no common English word ("Initech";
-    ``sources.term_statistics.common_word``: "Hosted" or "Covered" open a sentence or name a
-    product tier, not a party), a capitalized word after "by", an @handle or an email address.
-    Words the question holds (any case) are not counted: the asker named them; nor is a run holding
-    the ``focus`` ("Customer Success" is a team, not the customer asked for), nor a single word
-    before a colon, a record's field name ("Mitigation: ...")."""
-    asked = {w.lower() for w in re.findall(r"[A-Za-z][\w'’-]*", question)}
-    if _BY_NAME.search(text) or _HANDLE.search(text):
+    ``question`` does not: an @handle or an email address; a run of two or more capitalized words
+    ("Dana Whitfield", "Eng Platform", "the Platform *Team*": a run ending in the ``focus`` names
+    one of what is asked for, one starting with it, "Customer Success", names something else); a
+    capitalized word that is no common English word ("Initech", "Björn";
+    ``sources.term_statistics.common_word``); a capitalized common word ("Mark", "Apple") where a
+    verb or a preposition follows it ("Mark *is* the owner", "asked Sarah *about* it") or, inside
+    a sentence, punctuation ("the owner is Mark."), not where a noun does ("a Hosted *pool*",
+    "Covered *customers*": a product tier, an adjective). Not counted: words the
+    question holds (any case: the asker named them); a word or run before a colon (a chat
+    message's speaker, a record's field name: "Priya Raman: ...", "Mitigation: ..."); a weekday or
+    month ("by Friday"); an acronym ("API", "SRE": tech writing is full of them). A name is told
+    from a product or a tool only by where it stands, so "the Zendesk integration" names someone
+    too: the rule catches sentences that name no one at all."""
+    if _AT_HANDLE.search(text) or _EMAIL.search(text):
         return True
-    for run in _NAME_RUN.finditer(text):
-        words = [w.lower() for w in run.group(0).split()]
-        if focus not in words and any(w not in asked for w in words):
+    asked = {w.lower() for w in _NAME_TOKEN.findall(question)}
+    tokens = list(_NAME_TOKEN.finditer(text))
+    i = 0
+    while i < len(tokens):
+        if not _capitalized(tokens[i].group(0)):
+            i += 1
+            continue
+        j = i  # the run of capitalized words, apart by spaces only
+        while j + 1 < len(tokens) and _capitalized(tokens[j + 1].group(0)):
+            if text[tokens[j].end() : tokens[j + 1].start()].strip(" \t"):
+                break
+            j += 1
+        run, i = tokens[i : j + 1], j + 1
+        while len(run) > 1 and (run[0].group(0).lower() in STOP_WORDS or run[0].group(0).lower() in _PRONOUNS):
+            run = run[1:]  # "The Dedicated tier": the article opens the sentence, it names nothing
+        words = [t.group(0).lower() for t in run]
+        if text[run[-1].end() : run[-1].end() + 1] == ":" or all(w in asked or w in _CALENDAR_WORDS for w in words):
+            continue
+        if len(run) > 1:
+            if focus not in words or words[-1] == focus:
+                return True
+            continue
+        if not all(common_word(part) for part in re.split(r"[-‐]", words[0]) if part):
+            return True  # "Initech", "Björn"
+        # A common word capitalized ("Mark", "Apple", or the tier "Hosted"): a name where a verb, a
+        # preposition or, inside a sentence, punctuation follows ("Mark *is*", "asked Sarah *about*",
+        # "owner is Mark*.*"), not where a noun does ("a Hosted *pool*": a modifier).
+        before = text[: run[0].start()].rstrip()
+        opens = not before or before[-1] in _SENTENCE_OPENERS
+        if opens and (words[0] in STOP_WORDS or words[0] in _PRONOUNS):
+            continue  # "We shipped ...", "The ..."
+        after = text[run[0].end() :]
+        following = re.match(r"\s*([a-z]+)\b", after)
+        if following:
+            word = following.group(1)
+            if word in _AUXILIARIES or word in _LINKING_VERBS or word in _FOCUS_ENDS or word.endswith("ed"):
+                return True
+        elif not opens and re.match(r"(?:['’]s\b|\s*(?:[.,;!?]|$))", after):
             return True
-    return any(
-        word.lower() not in asked and not common_word(word.lower()) and text[m.end() : m.end() + 1] != ":"
-        for m in _CAPITALIZED.finditer(text)
-        for word in [m.group(0)]
-    )
+    return False
 
 
 def asks_for_document(question: str) -> bool:

@@ -363,11 +363,11 @@ def name_beside_focus(question: str, scored: ScoredEvidence, evidence: Sequence[
     titles = lexeme_sets([by_n[n].title for n in sorted(answering_blocks)])
     if any(focus_lexemes <= title for title in titles) or any(passages[i].heading for i in holding):
         return True
+    sentences = [_QUOTED_SENTENCE_END.split(passages[i].text) for i in holding]
+    lexemes = iter(lexeme_sets([text for group in sentences for text in group]))  # one statement
     candidates: list[str] = []
-    for i in holding:
-        sentences = _QUOTED_SENTENCE_END.split(passages[i].text)
-        lexemes = lexeme_sets(sentences) if len(sentences) > 1 else [passages[i].lexemes]
-        candidates += [text for text, held in zip(sentences, lexemes, strict=True) if focus_lexemes <= held]
+    for i, group in zip(holding, sentences, strict=True):
+        candidates += [text for text in group if focus_lexemes <= next(lexemes)]
         reply = passages[i + 1] if i + 1 < len(passages) else None
         if reply is not None and reply.n == passages[i].n and by_n[reply.n].kind in TRANSCRIPT_KINDS:
             candidates.append(reply.text)
@@ -479,7 +479,7 @@ def judge(question: str, evidence: list[Evidence], scope: QueryScope) -> Verdict
     asked = asked_answer_type(question)
     held = asked is None or asked.held_by(answering_text(scored, evidence))
     held = held and number_beside_focus(question, scored, evidence)
-    named = name_beside_focus(question, scored, evidence)
+    named = not answerable or bool(missing_terms or focus) or not held or name_beside_focus(question, scored, evidence)
     if not answerable:
         status: Status = NOT_FOUND
     elif missing_terms or focus or not held or not named:
