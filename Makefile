@@ -31,11 +31,11 @@ serve: install
 	$(BIN)/python manage.py serve $(ARGS)
 
 test: install-dev
-	$(BIN)/python -m pytest -q $(ARGS)
+	$(BIN)/python -m pytest -q -rs $(ARGS)
 
 # Everything but the tests marked slow (those ingesting a real corpus).
 test-fast: install-dev
-	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
+	$(BIN)/python -m pytest -q -rs -m "not slow" $(ARGS)
 
 lint: install-dev
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
