@@ -36,7 +36,9 @@ in the organization's data (a signal that fades as the data grows):
    which/how-many question asks about, "Who *approved* ...", "What was the *budget* of ...") that
    neither the answering passages nor the titles of their blocks mention: partial, the answer names
    it. Evidence about the topic that never says the asked detail is a near miss, not an answer. An
-   agent noun is looked for as written (:func:`agent_noun`: "commander" is not "commands").
+   agent noun is looked for as written (:func:`agent_noun`: "commander" is not "commands"). A
+   do-support yes/no question's focus is the object of its verb ("Did Dana get an *offer* ...":
+   ``answer_types.yes_no_focus``).
 5. **Expected answer type** (``search.pipeline.answer_types``): a question asking for a Slack
    channel, email, link, version or count whose answering passages (the passages holding most
    of the question's weight, with their neighbours: ``passages.answering_text``) hold no value
