@@ -324,6 +324,16 @@ def number_beside_focus(question: str, scored: ScoredEvidence, evidence: Sequenc
     focus = counted_focus(question)
     if asked is None or asked.label != "number" or focus is None:
         return True
+    holding = focus_holders(focus, scored, evidence)
+    return holding is None or any(asked.held_by(scored.passages[i].text) for i in holding)
+
+
+def focus_holders(focus: str, scored: ScoredEvidence, evidence: Sequence[Evidence]) -> list[int] | None:
+    """The indexes (into ``scored.passages``) of the passages holding ``focus`` (as a lexeme) in
+    the blocks the answering passages come from (``answering_passages``), where an answer of the
+    asked form must stand beside it. ``None`` when no such rule applies: no passage holds the
+    focus, only code does, or a heading or block title names it (the text under "Customer impact"
+    is about customers, whichever sentence states the value)."""
     (focus_lexemes,) = lexeme_sets([focus])
     by_n = {ev.n: ev for ev in evidence}
     answering_blocks = {p.n for p in answering_passages(scored)}
@@ -332,12 +342,11 @@ def number_beside_focus(question: str, scored: ScoredEvidence, evidence: Sequenc
         i for i, p in enumerate(passages) if p.n in answering_blocks and focus_lexemes and focus_lexemes <= p.lexemes
     ]
     if not holding or all(passages[i].code or is_code(by_n[passages[i].n]) for i in holding):
-        return True
-    # A heading or title naming the focus ("Customer impact") heads text about it: a number there may count it.
+        return None
     titles = lexeme_sets([by_n[n].title for n in sorted(answering_blocks)])
     if any(focus_lexemes <= title for title in titles) or any(passages[i].heading for i in holding):
-        return True
-    return any(asked.held_by(passages[i].text) for i in holding)
+        return None
+    return holding
 
 
 def name_beside_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evidence]) -> bool:
@@ -353,20 +362,13 @@ def name_beside_focus(question: str, scored: ScoredEvidence, evidence: Sequence[
     focus = party_focus(question)
     if focus is None:
         return True
-    (focus_lexemes,) = lexeme_sets([focus])
-    by_n = {ev.n: ev for ev in evidence}
-    answering_blocks = {p.n for p in answering_passages(scored)}
-    passages = scored.passages
-    holding = [
-        i for i, p in enumerate(passages) if p.n in answering_blocks and focus_lexemes and focus_lexemes <= p.lexemes
-    ]
-    if not holding or all(passages[i].code or is_code(by_n[passages[i].n]) for i in holding):
+    holding = focus_holders(focus, scored, evidence)
+    if holding is None:
         return True
-    titles = lexeme_sets([by_n[n].title for n in sorted(answering_blocks)])
-    if any(focus_lexemes <= title for title in titles) or any(passages[i].heading for i in holding):
-        return True
+    passages, by_n = scored.passages, {ev.n: ev for ev in evidence}
     sentences = [_QUOTED_SENTENCE_END.split(passages[i].text) for i in holding]
-    lexemes = iter(lexeme_sets([text for group in sentences for text in group]))  # one statement
+    focus_lexemes, *sentence_lexemes = lexeme_sets([focus, *(text for group in sentences for text in group)])
+    lexemes = iter(sentence_lexemes)  # one statement
     candidates: list[str] = []
     for i, group in zip(holding, sentences, strict=True):
         candidates += [text for text in group if focus_lexemes <= next(lexemes)]
