@@ -82,9 +82,11 @@ def run(files: int, workdir: Path) -> None:
 
     call_command("migrate", verbosity=0)
     onboarded = tenant_onboard(
-        name="Bench freshness", slug=TENANT, admin_username="bench-freshness-admin",
+        name="Bench freshness",
+        slug=TENANT,
+        admin_username="bench-freshness-admin",
         admin_password=os.urandom(12).hex(),
-    )  # fmt: skip
+    )
     tenant_id = onboarded.tenant.pk
     with tenant_context(tenant_id):
         DataSource.objects.filter(slug=SLUG).delete()

@@ -83,8 +83,10 @@ def report(rows: list[dict]) -> None:
         times = sorted(r[f"{view}_s"] for r in rows if f"{view}_s" in r)
         failed = sum(1 for r in rows if r.get("model") and r.get(view) is None)
         if times:
-            print(f"judge ({view}): p50 {percentile(times, 50):.1f} s, p95 {percentile(times, 95):.1f} s, "
-                  f"{failed} failed (the model's decision stood)")  # fmt: skip
+            print(
+                f"judge ({view}): p50 {percentile(times, 50):.1f} s, p95 {percentile(times, 95):.1f} s, "
+                f"{failed} failed (the model's decision stood)"
+            )
 
 
 def main() -> None:

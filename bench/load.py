@@ -92,13 +92,20 @@ def setup() -> tuple[str, str, list[str], int]:
         source = DataSource.objects.filter(slug="bench-load-docs").first()
     if source is None:
         source = source_create(
-            tenant_id=tenant.pk, kind="docs", name="Bench docs", slug="bench-load-docs", config=config,
+            tenant_id=tenant.pk,
+            kind="docs",
+            name="Bench docs",
+            slug="bench-load-docs",
+            config=config,
             project_ids=[onboarded.project.pk],
-        )  # fmt: skip
+        )
     t0 = time.perf_counter()
     run = source_ingest(tenant_id=tenant.pk, source_id=source.pk)
-    print(f"source {config['path']}: {run.status}, {run.seen} rows ({run.embedded} embedded) in "
-          f"{time.perf_counter() - t0:.0f}s", flush=True)  # fmt: skip
+    print(
+        f"source {config['path']}: {run.status}, {run.seen} rows ({run.embedded} embedded) in "
+        f"{time.perf_counter() - t0:.0f}s",
+        flush=True,
+    )
     with tenant_context(tenant.pk):
         titles = sorted(
             set(Document.objects.filter(source_id=source.pk, kind="doc_section").values_list("title", flat=True))
@@ -179,10 +186,29 @@ def run_level(
 ) -> dict[str, dict]:
     prefix = workdir / f"u{users}"
     cmd = [
-        sys.executable, "-m", "locust", "-f", str(ROOT / "bench" / "locustfile.py"), "--headless",
-        "-u", str(users), "-r", str(users), "-t", f"{seconds}s", "--host", base, "--csv", str(prefix),
-        "--only-summary", "--stop-timeout", "30", "--loglevel", "WARNING", user_class,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(ROOT / "bench" / "locustfile.py"),
+        "--headless",
+        "-u",
+        str(users),
+        "-r",
+        str(users),
+        "-t",
+        f"{seconds}s",
+        "--host",
+        base,
+        "--csv",
+        str(prefix),
+        "--only-summary",
+        "--stop-timeout",
+        "30",
+        "--loglevel",
+        "WARNING",
+        user_class,
+    ]
     subprocess.run(cmd, env={**env, "KB_LOAD_THINK_SECONDS": str(think)}, check=False, stdout=subprocess.DEVNULL)
     stats = {}
     with open(f"{prefix}_stats.csv") as handle:
@@ -214,9 +240,13 @@ def main() -> None:
     (workdir / "queries.json").write_text(json.dumps(queries))
     base = f"http://127.0.0.1:{args.port}"
     server_env = {
-        **os.environ, "KB_ASK_RATE": "1000000/m", "KB_API_THROTTLE": "1000000/min",
-        "KB_API_THROTTLE_ASK": "1000000/min", "OPENAI_BASE_URL": "", "KB_LLM_MODEL": "",
-    }  # fmt: skip
+        **os.environ,
+        "KB_ASK_RATE": "1000000/m",
+        "KB_API_THROTTLE": "1000000/min",
+        "KB_API_THROTTLE_ASK": "1000000/min",
+        "OPENAI_BASE_URL": "",
+        "KB_LLM_MODEL": "",
+    }
     serve = [sys.executable, "manage.py", "serve", "--no-worker", "--no-beat", "--bind", f"127.0.0.1:{args.port}"]
     if args.workers:
         serve += ["--workers", str(args.workers)]
@@ -228,8 +258,13 @@ def main() -> None:
         wait_ready(base, server)
         session = login(base, password)
         direct = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
-        env = {**os.environ, **direct, "KB_LOAD_QUERIES": str(workdir / "queries.json"), "KB_LOAD_SESSION": session,
-               "KB_LOAD_TOKEN": token}  # fmt: skip
+        env = {
+            **os.environ,
+            **direct,
+            "KB_LOAD_QUERIES": str(workdir / "queries.json"),
+            "KB_LOAD_SESSION": session,
+            "KB_LOAD_TOKEN": token,
+        }
         # Warm each worker's embedder and caches before measuring.
         run_level(base, 4, 10, 0, env, workdir, user_class)
         time.sleep(1)
@@ -242,8 +277,10 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(timeout=60)
-    print(f"\n{len(queries)} queries; mix {args.mix}; {args.seconds}s per level; think time {args.think}s; "
-          f"server log {log_path}")  # fmt: skip
+    print(
+        f"\n{len(queries)} queries; mix {args.mix}; {args.seconds}s per level; think time {args.think}s; "
+        f"server log {log_path}"
+    )
     for users, stats in results.items():
         print(f"\n{users} users")
         print(f"{'request':<11} {'requests':>8} {'req/s':>7} {'p50 ms':>7} {'p95 ms':>7} {'failures':>8}")
@@ -251,8 +288,10 @@ def main() -> None:
             st = stats.get(name)
             if st:
                 label = "all" if name == "Aggregated" else name
-                print(f"{label:<11} {st['requests']:>8} {st['rps']:>7.1f} {st['p50']:>7.0f} {st['p95']:>7.0f} "
-                      f"{st['failures']:>8}")  # fmt: skip
+                print(
+                    f"{label:<11} {st['requests']:>8} {st['rps']:>7.1f} {st['p50']:>7.0f} {st['p95']:>7.0f} "
+                    f"{st['failures']:>8}"
+                )
     expected = served(log_path, log_start, log_end)
     print("\naudit log   served  recorded")
     for action, want in expected.items():

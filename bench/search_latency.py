@@ -86,7 +86,7 @@ def _load(conn, *, tenant_id: int, source_id: int, n: int, rng, vocab: list[str]
                         ext,
                         "1",
                         "2026-01-01 00:00:00+00",
-                    ]  # fmt: skip
+                    ]
                 )
                 + "\n"
             )
@@ -113,9 +113,12 @@ def load_tenants(owner, n: int, *, rng, vocab: list[str]) -> list[tuple[int, int
         tenant = Tenant.objects.create(name=slug, slug=slug)
         project = project_create(tenant_id=tenant.pk, name="Everything")
         source = source_create(
-            tenant_id=tenant.pk, kind="docs", name="Synthetic", config={"path": "/nonexistent"},
+            tenant_id=tenant.pk,
+            kind="docs",
+            name="Synthetic",
+            config={"path": "/nonexistent"},
             project_ids=[project.pk],
-        )  # fmt: skip
+        )
         owner.execute("DROP INDEX IF EXISTS document_embedding_hnsw")
         _load(owner, tenant_id=tenant.pk, source_id=source.pk, n=count, rng=rng, vocab=vocab, prefix=slug)
         owner.commit()

@@ -130,8 +130,17 @@ class AuditEventAdmin(OwnerDatabaseAdmin):
     """The audit log across tenants, read-only: nobody adds, edits or deletes an event here (the
     database refuses UPDATE and DELETE anyway). Events without a tenant show only here."""
 
-    list_display = ["created_at", "action", "tenant_id", "actor_username", "actor_token_prefix", "object_type",
-                    "object_id", "ip", "request_id"]  # fmt: skip
+    list_display = [
+        "created_at",
+        "action",
+        "tenant_id",
+        "actor_username",
+        "actor_token_prefix",
+        "object_type",
+        "object_id",
+        "ip",
+        "request_id",
+    ]
     list_filter = ["action"]
     search_fields = ["actor_username", "actor_token_prefix", "object_id", "request_id"]
     date_hierarchy = "created_at"

@@ -189,11 +189,18 @@ def audit_record(
             "object_type, object_id, request_id, ip, created_at, data) "
             "VALUES (NULL, %s, %s, %s, %s, %s, %s, %s, %s::inet, %s, %s::jsonb)",
             [
-                event.actor_id, event.actor_username, event.actor_token_prefix, event.action, event.object_type,
-                event.object_id, event.request_id, event.ip, event.created_at,
+                event.actor_id,
+                event.actor_username,
+                event.actor_token_prefix,
+                event.action,
+                event.object_type,
+                event.object_id,
+                event.request_id,
+                event.ip,
+                event.created_at,
                 json.dumps(event.data, cls=DjangoJSONEncoder),
             ],
-        )  # fmt: skip
+        )
     return event
 
 
@@ -338,8 +345,16 @@ def audit_event_iter(
 
 
 AUDIT_CSV_HEADER = [
-    "time", "action", "actor", "token_prefix", "object_type", "object_id", "request_id", "ip", "data",
-]  # fmt: skip
+    "time",
+    "action",
+    "actor",
+    "token_prefix",
+    "object_type",
+    "object_id",
+    "request_id",
+    "ip",
+    "data",
+]
 
 
 def _csv_cell(value: str) -> str:

@@ -25,8 +25,9 @@ class LockoutBackend(AxesStandaloneBackend):
     the password backends unchecked instead of failing.
     """
 
-    def authenticate(self, request: HttpRequest | None, username: str | None = None, password: str | None = None,
-                     **kwargs):  # fmt: skip
+    def authenticate(
+        self, request: HttpRequest | None, username: str | None = None, password: str | None = None, **kwargs
+    ):
         if request is None:
             return None
         return super().authenticate(request, username, password, **kwargs)

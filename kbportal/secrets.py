@@ -105,10 +105,11 @@ def encrypt_fields(config: Mapping[str, Any], fields: Iterable[str]) -> dict[str
     """
     names = set(fields)
     return {
-        key: encrypt_value(value) if key in names and isinstance(value, str) and value and not is_encrypted(value)
+        key: encrypt_value(value)
+        if key in names and isinstance(value, str) and value and not is_encrypted(value)
         else value
         for key, value in config.items()
-    }  # fmt: skip
+    }
 
 
 def decrypt_fields(config: Mapping[str, Any], *, label: str) -> dict[str, Any]:

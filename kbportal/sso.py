@@ -300,9 +300,13 @@ def sso_provider_create(
         if SocialApp.objects.filter(provider_id=provider_id).exists():
             raise SsoConfigError(f"provider id {provider_id!r} is already used")
         app = SocialApp.objects.create(
-            provider=OIDC_PROVIDER, provider_id=provider_id, name=name, client_id=client_id, secret=secret,
+            provider=OIDC_PROVIDER,
+            provider_id=provider_id,
+            name=name,
+            client_id=client_id,
+            secret=secret,
             settings=settings,
-        )  # fmt: skip
+        )
         with tenant_context(tenant_id):
             idp = TenantIdentityProvider.objects.create(
                 tenant_id=tenant_id, social_app=app, domains=parsed, default_role=default_role

@@ -75,12 +75,30 @@ class ApiTokenAdmin(OwnerDatabaseAdmin):
     """Tokens are created with ``manage.py api_token create`` (the plain token is shown once);
     here the operator sees and revokes them. The stored hash is never displayed."""
 
-    list_display = ["name", "display_prefix", "tenant", "user", "project", "created_at", "expires_at",
-                    "revoked_at", "last_used_at"]  # fmt: skip
+    list_display = [
+        "name",
+        "display_prefix",
+        "tenant",
+        "user",
+        "project",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+        "last_used_at",
+    ]
     list_filter = ["tenant"]
     search_fields = ["name", "prefix", "user__username"]
-    fields = ("tenant", "user", "name", "display_prefix", "project", "created_at", "expires_at", "revoked_at",
-              "last_used_at")  # fmt: skip
+    fields = (
+        "tenant",
+        "user",
+        "name",
+        "display_prefix",
+        "project",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+        "last_used_at",
+    )
     readonly_fields = fields
     actions = ["revoke"]
 

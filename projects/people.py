@@ -119,10 +119,18 @@ def member_invite(
             project=project,
         )
         audit_record(
-            action="member.invite", tenant_id=tenant_id, actor=actor_user, object_type="projects.invitation",
-            object_id=invitation.pk, data={"email": email, "role": role, "expires_at": invitation.expires_at,
-                                           "project": project.slug if project else None},
-        )  # fmt: skip
+            action="member.invite",
+            tenant_id=tenant_id,
+            actor=actor_user,
+            object_type="projects.invitation",
+            object_id=invitation.pk,
+            data={
+                "email": email,
+                "role": role,
+                "expires_at": invitation.expires_at,
+                "project": project.slug if project else None,
+            },
+        )
     return invitation, token
 
 
@@ -136,13 +144,21 @@ def operator_invite(*, tenant_id: int, email: str, role: str = Membership.Role.O
     token = secrets.token_urlsafe(32)
     with tenant_context(tenant_id):
         invitation = Invitation.objects.create(
-            tenant_id=tenant_id, email=email, role=role, token_hash=invitation_token_hash(token),
-            expires_at=timezone.now() + timedelta(days=INVITATION_DAYS), sent_by_operator=True,
-        )  # fmt: skip
+            tenant_id=tenant_id,
+            email=email,
+            role=role,
+            token_hash=invitation_token_hash(token),
+            expires_at=timezone.now() + timedelta(days=INVITATION_DAYS),
+            sent_by_operator=True,
+        )
         audit_record(
-            action="member.invite", tenant_id=tenant_id, actor=None, object_type="projects.invitation",
-            object_id=invitation.pk, data={"email": email, "role": role, "by": "operator"},
-        )  # fmt: skip
+            action="member.invite",
+            tenant_id=tenant_id,
+            actor=None,
+            object_type="projects.invitation",
+            object_id=invitation.pk,
+            data={"email": email, "role": role, "by": "operator"},
+        )
     return invitation, token
 
 
@@ -156,9 +172,13 @@ def invitation_revoke(*, tenant_id: int, actor_user, invitation_id: int) -> None
             raise PeopleError("no such pending invitation")
         invitation.update(revoked_at=timezone.now())
         audit_record(
-            action="member.invite_revoke", tenant_id=tenant_id, actor=actor_user, object_type="projects.invitation",
-            object_id=found.pk, data={"email": found.email},
-        )  # fmt: skip
+            action="member.invite_revoke",
+            tenant_id=tenant_id,
+            actor=actor_user,
+            object_type="projects.invitation",
+            object_id=found.pk,
+            data={"email": found.email},
+        )
 
 
 def invitation_get(*, tenant_slug: str, token: str) -> Invitation:
@@ -217,9 +237,13 @@ def invitation_accept(*, tenant_slug: str, token: str, user, new_account: bool =
                 tenant_id=invitation.tenant_id, user=user, defaults={"role": invitation.role}
             )
             audit_record(
-                action="member.join", tenant_id=invitation.tenant_id, actor=user, object_type="projects.membership",
-                object_id=membership.pk, data={"email": invitation.email, "role": membership.role, "via": "invitation"},
-            )  # fmt: skip
+                action="member.join",
+                tenant_id=invitation.tenant_id,
+                actor=user,
+                object_type="projects.membership",
+                object_id=membership.pk,
+                data={"email": invitation.email, "role": membership.role, "via": "invitation"},
+            )
             # The invitation's project: they join it as a viewer (a members-only project is
             # readable only so) and it becomes their default.
             invited_to = Project.objects.filter(pk=invitation.project_id).first() if invitation.project_id else None
@@ -255,11 +279,18 @@ def member_set_role(*, tenant_id: int, actor_user, user_id: int, role: str) -> M
         may_invite: set[str] = set(_ROLES) if role == "owner" else _ROLES - {"owner"} if role == "admin" else set()
         withdrawn = _revoke_invitations_by(membership.user_id, keep_roles=may_invite)
         audit_record(
-            action="member.role", tenant_id=tenant_id, actor=actor_user, object_type="projects.membership",
+            action="member.role",
+            tenant_id=tenant_id,
+            actor=actor_user,
+            object_type="projects.membership",
             object_id=membership.pk,
-            data={"user": membership.user.get_username(), "from": before, "to": role,
-                  "invitations_withdrawn": withdrawn},
-        )  # fmt: skip
+            data={
+                "user": membership.user.get_username(),
+                "from": before,
+                "to": role,
+                "invitations_withdrawn": withdrawn,
+            },
+        )
     return membership
 
 
@@ -291,11 +322,19 @@ def member_remove(*, tenant_id: int, actor_user, user_id: int) -> dict[str, int]
             sessions += 1
         Profile.objects.filter(user_id=user_id, tenant_id=tenant_id).update(tenant=None, default_project=None)
         audit_record(
-            action="member.remove", tenant_id=tenant_id, actor=actor_user, object_type="projects.membership",
+            action="member.remove",
+            tenant_id=tenant_id,
+            actor=actor_user,
+            object_type="projects.membership",
             object_id=membership_id,
-            data={"user": user.get_username(), "role": role, "tokens_revoked": tokens, "sessions_ended": sessions,
-                  "invitations_withdrawn": withdrawn},
-        )  # fmt: skip
+            data={
+                "user": user.get_username(),
+                "role": role,
+                "tokens_revoked": tokens,
+                "sessions_ended": sessions,
+                "invitations_withdrawn": withdrawn,
+            },
+        )
     return {"tokens_revoked": tokens, "sessions_ended": sessions}
 
 

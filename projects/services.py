@@ -74,9 +74,12 @@ def project_create(
             tenant_id=tenant_id, name=name, slug=candidate, description=description, visibility=visibility
         )
         audit_record(
-            action="project.create", tenant_id=tenant_id, object_type="projects.project", object_id=project.pk,
+            action="project.create",
+            tenant_id=tenant_id,
+            object_type="projects.project",
+            object_id=project.pk,
             data={"project": project.slug, "name": name, "visibility": visibility},
-        )  # fmt: skip
+        )
         return project
 
 
@@ -107,9 +110,12 @@ def project_member_add(*, project: Project, user, role: str = ProjectMember.Role
         elif not created:
             return member
         audit_record(
-            action="project.member_add", tenant_id=project.tenant_id, object_type="projects.projectmember",
-            object_id=member.pk, data={"project": project.slug, "user": user.get_username(), "role": role},
-        )  # fmt: skip
+            action="project.member_add",
+            tenant_id=project.tenant_id,
+            object_type="projects.projectmember",
+            object_id=member.pk,
+            data={"project": project.slug, "user": user.get_username(), "role": role},
+        )
     return member
 
 
@@ -120,9 +126,12 @@ def project_member_remove(*, project: Project, user) -> bool:
         deleted, _ = ProjectMember.objects.filter(project=project, user=user).delete()
         if deleted:
             audit_record(
-                action="project.member_remove", tenant_id=project.tenant_id, object_type="projects.project",
-                object_id=project.pk, data={"project": project.slug, "user": user.get_username()},
-            )  # fmt: skip
+                action="project.member_remove",
+                tenant_id=project.tenant_id,
+                object_type="projects.project",
+                object_id=project.pk,
+                data={"project": project.slug, "user": user.get_username()},
+            )
     return bool(deleted)
 
 
@@ -135,9 +144,12 @@ def project_set_visibility(*, project: Project, visibility: str) -> Project:
         project.refresh_from_db(fields=["visibility"])
         if changed:
             audit_record(
-                action="project.visibility", tenant_id=project.tenant_id, object_type="projects.project",
-                object_id=project.pk, data={"project": project.slug, "visibility": visibility},
-            )  # fmt: skip
+                action="project.visibility",
+                tenant_id=project.tenant_id,
+                object_type="projects.project",
+                object_id=project.pk,
+                data={"project": project.slug, "visibility": visibility},
+            )
     return project
 
 

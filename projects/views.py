@@ -104,8 +104,12 @@ def onboarding(request: HttpRequest) -> HttpResponse:
             messages.error(request, str(exc))
     profile = getattr(request.user, "kb_profile", None)  # none before the first choice
     current = next((p.public_id for p in projects if p.pk == getattr(profile, "default_project_id", None)), None)
-    context = {"projects": projects, "project_form": project_form if is_admin else None, "has_default": bool(current),
-               "current": current or (projects[0].public_id if projects else None)}  # fmt: skip
+    context = {
+        "projects": projects,
+        "project_form": project_form if is_admin else None,
+        "has_default": bool(current),
+        "current": current or (projects[0].public_id if projects else None),
+    }
     return render(request, "projects/onboarding.html", context)
 
 
@@ -234,10 +238,12 @@ def manage_people(request: HttpRequest) -> HttpResponse:
             if action == "invite":
                 if form.is_valid():
                     invitation, token = member_invite(
-                        tenant_id=tenant_id, actor_user=request.user, email=form.cleaned_data["email"],
+                        tenant_id=tenant_id,
+                        actor_user=request.user,
+                        email=form.cleaned_data["email"],
                         role=form.cleaned_data["role"],
                         project_id=int(form.cleaned_data["project"]) if form.cleaned_data["project"] else None,
-                    )  # fmt: skip
+                    )
                     link = request.build_absolute_uri(reverse("projects:invitation", args=[tenant.slug, token]))
                     into = dict(project_choices).get(form.cleaned_data["project"] or "", "")
                     into = f", in the project {into}," if into else ""
@@ -246,17 +252,21 @@ def manage_people(request: HttpRequest) -> HttpResponse:
                             f"You are invited to {tenant.name} on kbportal",
                             f"{request.user.get_username()} invited you to join {tenant.name}{into} as "
                             f"{invitation.role}.\n\nOpen this link within {INVITATION_DAYS} days to join:\n{link}\n",
-                            None, [invitation.email], fail_silently=False,
-                        )  # fmt: skip
+                            None,
+                            [invitation.email],
+                            fail_silently=False,
+                        )
                     except Exception as exc:  # an unreachable mail server: the invitation reached nobody
                         invitation_revoke(tenant_id=tenant_id, actor_user=request.user, invitation_id=invitation.pk)
                         raise PeopleError(
                             f"the invitation could not be mailed ({type(exc).__name__}); try again"
                         ) from exc
                     # The link goes to the address only: holding it is what proves the address.
-                    where = " (no mail server is configured: the message is in var/mail/ on the server)" if (
-                        settings.EMAIL_BACKEND.endswith("filebased.EmailBackend")
-                    ) else ""  # fmt: skip
+                    where = (
+                        " (no mail server is configured: the message is in var/mail/ on the server)"
+                        if (settings.EMAIL_BACKEND.endswith("filebased.EmailBackend"))
+                        else ""
+                    )
                     messages.success(
                         request, f"Invited {invitation.email} as {invitation.role}; the link was mailed{where}."
                     )
@@ -287,8 +297,7 @@ def manage_people(request: HttpRequest) -> HttpResponse:
         except PeopleError as exc:
             messages.error(request, str(exc))
     members, pending = people_list(tenant_id=tenant_id)
-    context = {"tenant": tenant, "members": members, "pending": pending, "form": form,
-               "roles": Membership.Role.choices}  # fmt: skip
+    context = {"tenant": tenant, "members": members, "pending": pending, "form": form, "roles": Membership.Role.choices}
     return render(request, "projects/people.html", context)
 
 
@@ -331,9 +340,10 @@ def invitation(request: HttpRequest, tenant_slug: str, token: str) -> HttpRespon
             elif form is not None and form.is_valid():
                 with transaction.atomic():
                     user = user_for_invitation(
-                        username=form.cleaned_data["username"], password=form.cleaned_data["password1"],
+                        username=form.cleaned_data["username"],
+                        password=form.cleaned_data["password1"],
                         email=found.email,
-                    )  # fmt: skip
+                    )
                     invitation_accept(tenant_slug=tenant_slug, token=token, user=user, new_account=True)
                 login(request, user, backend="django.contrib.auth.backends.ModelBackend")
             else:
@@ -385,9 +395,12 @@ def manage_tokens(request: HttpRequest) -> HttpResponse:
             project = next(p for p in projects if str(p.public_id) == form.cleaned_data["project"])
             try:
                 _, created = api_token_create(
-                    tenant=tenant, user=None, name=form.cleaned_data["name"], project=project,
+                    tenant=tenant,
+                    user=None,
+                    name=form.cleaned_data["name"],
+                    project=project,
                     expires_in_days=form.cleaned_data["expires_in_days"],
-                )  # fmt: skip
+                )
                 form = ServiceTokenForm(projects=projects)
             except ApiTokenError as exc:
                 form.add_error(None, str(exc))

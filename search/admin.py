@@ -6,8 +6,16 @@ from search.models import AnswerFeedback, AnswerRecord
 
 @admin.register(AnswerRecord)
 class AnswerRecordAdmin(OwnerDatabaseAdmin):
-    list_display = ["question", "tenant", "user", "answered", "synthesizer", "latency_ms", "first_token_ms",
-                    "created_at"]  # fmt: skip
+    list_display = [
+        "question",
+        "tenant",
+        "user",
+        "answered",
+        "synthesizer",
+        "latency_ms",
+        "first_token_ms",
+        "created_at",
+    ]
     list_filter = ["tenant", "answered", "synthesizer"]
     search_fields = ["question"]
     readonly_fields = [f.name for f in AnswerRecord._meta.fields]

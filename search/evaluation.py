@@ -218,9 +218,18 @@ def sdist_checkout(package: str, version: str, workdir: Path | None = None) -> P
     sdists = list(root.glob(f"{package}-{version}.tar.gz"))
     if not sdists:
         cmd = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-            f"{package}=={version}", "-d", str(root), "-q",
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            f"{package}=={version}",
+            "-d",
+            str(root),
+            "-q",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         sdists = list(root.glob(f"{package}-{version}.tar.gz"))
         if proc.returncode != 0 or not sdists:

@@ -93,10 +93,16 @@ def _cites_gold(question: Question, sources) -> bool:
 
     for ev in sources:
         views = [ev] + [
-            SimpleNamespace(kind=ev.kind, path=ev.path, metadata=ev.metadata, external_id=ev.external_id,
-                            start_line=s.get("start_line"), end_line=s.get("end_line"))
+            SimpleNamespace(
+                kind=ev.kind,
+                path=ev.path,
+                metadata=ev.metadata,
+                external_id=ev.external_id,
+                start_line=s.get("start_line"),
+                end_line=s.get("end_line"),
+            )
             for s in ev.sections
-        ]  # fmt: skip
+        ]
         if any(gold_matches(g, v) for g in question.gold for v in views):
             return True
     return False

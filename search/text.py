@@ -168,10 +168,22 @@ for _short, _longs in ABBREVIATIONS.items():
 # "normalise"/"normalize", "analyse"/"analyze", "centre"/"center", "catalogue"/"catalog",
 # "cancelled"/"canceled".
 _SPELLINGS = (
-    ("our", "or"), ("ours", "ors"), ("ise", "ize"), ("ised", "ized"), ("ises", "izes"), ("ising", "izing"),
-    ("isation", "ization"), ("yse", "yze"), ("ysed", "yzed"), ("tre", "ter"), ("tres", "ters"),
-    ("ogue", "og"), ("ogues", "ogs"), ("elled", "eled"), ("elling", "eling"),
-)  # fmt: skip
+    ("our", "or"),
+    ("ours", "ors"),
+    ("ise", "ize"),
+    ("ised", "ized"),
+    ("ises", "izes"),
+    ("ising", "izing"),
+    ("isation", "ization"),
+    ("yse", "yze"),
+    ("ysed", "yzed"),
+    ("tre", "ter"),
+    ("tres", "ters"),
+    ("ogue", "og"),
+    ("ogues", "ogs"),
+    ("elled", "eled"),
+    ("elling", "eling"),
+)
 
 
 def word_variants(word: str) -> list[str]:

@@ -55,14 +55,32 @@ class DataSourceForm(forms.ModelForm):
 @admin.register(DataSource)
 class DataSourceAdmin(OwnerDatabaseAdmin):
     form = DataSourceForm
-    list_display = ["name", "slug", "kind", "tenant", "enabled", "sync_interval_minutes", "last_success_at",
-                    "consecutive_failures", "backoff_until", "generation"]  # fmt: skip
+    list_display = [
+        "name",
+        "slug",
+        "kind",
+        "tenant",
+        "enabled",
+        "sync_interval_minutes",
+        "last_success_at",
+        "consecutive_failures",
+        "backoff_until",
+        "generation",
+    ]
     # The schedule is edited here: the beat dispatcher (sources.scheduling) reads these fields.
     list_editable = ["enabled", "sync_interval_minutes"]
     list_filter = ["tenant", "kind", "enabled"]
     search_fields = ["name", "slug"]
-    readonly_fields = ["generation", "last_synced_at", "public_id", "last_attempt_at", "last_success_at",
-                       "consecutive_failures", "backoff_until", "last_error"]  # fmt: skip
+    readonly_fields = [
+        "generation",
+        "last_synced_at",
+        "public_id",
+        "last_attempt_at",
+        "last_success_at",
+        "consecutive_failures",
+        "backoff_until",
+        "last_error",
+    ]
     inlines = [ProjectSourceInline]
     actions = ["sync_now"]
     # A source added or edited here is audited as source.create / source.update (with
@@ -84,8 +102,18 @@ class DataSourceAdmin(OwnerDatabaseAdmin):
 
 @admin.register(IngestionRun)
 class IngestionRunAdmin(OwnerDatabaseAdmin):
-    list_display = ["source", "status", "seen", "created", "updated", "deleted", "embedded", "skipped", "started_at",
-                    "finished_at"]  # fmt: skip
+    list_display = [
+        "source",
+        "status",
+        "seen",
+        "created",
+        "updated",
+        "deleted",
+        "embedded",
+        "skipped",
+        "started_at",
+        "finished_at",
+    ]
     list_filter = ["status", "tenant"]
     readonly_fields = [f.name for f in IngestionRun._meta.fields]
 

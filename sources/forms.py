@@ -56,8 +56,12 @@ def _help(model: type[BaseModel], name: str) -> str:
 def _bounds(info: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in info.metadata:
-        for attr, key, delta in (("ge", "min_value", 0), ("gt", "min_value", 1), ("le", "max_value", 0),
-                                 ("lt", "max_value", -1)):  # fmt: skip
+        for attr, key, delta in (
+            ("ge", "min_value", 0),
+            ("gt", "min_value", 1),
+            ("le", "max_value", 0),
+            ("lt", "max_value", -1),
+        ):
             value = getattr(item, attr, None)
             if value is not None:
                 out[key] = value + delta if isinstance(value, int) else value
@@ -189,8 +193,14 @@ def config_form_class(kind: str, model: type[BaseModel]) -> type[ConfigForm]:
         fields[name] = field
     # Required fields first (a folder's path before its limits), otherwise in the model's order.
     fields = dict(sorted(fields.items(), key=lambda item: not item[1].required))
-    attrs = {**fields, "kind": kind, "model": model, "secret_names": frozenset(secrets),
-             "list_names": frozenset(lists), "dict_names": frozenset(dicts)}  # fmt: skip
+    attrs = {
+        **fields,
+        "kind": kind,
+        "model": model,
+        "secret_names": frozenset(secrets),
+        "list_names": frozenset(lists),
+        "dict_names": frozenset(dicts),
+    }
     return type(f"{model.__name__}Form", (ConfigForm,), attrs)
 
 

@@ -100,9 +100,13 @@ def sync_now(request: HttpRequest, slug: str) -> HttpResponse:
     if source is None or not source_sync_allowed(user=request.user, tenant_id=tenant_id, source=source):
         return _not_found(request)
     run = source_sync_queue(
-        tenant_id=tenant_id, source_id=source.pk, via="web", actor=request.user, token_prefix=None,
+        tenant_id=tenant_id,
+        source_id=source.pk,
+        via="web",
+        actor=request.user,
+        token_prefix=None,
         user_id=request.user.pk,
-    )  # fmt: skip
+    )
     messages.success(request, f"Queued run {run.pk} of {source.name}.")
     return redirect("sources:status" if _admin_tenant(request) is not None else "search:ask")
 
@@ -204,15 +208,22 @@ def _source_page(
         [str(default.pk)] if default is not None else [p for p, _ in projects][:1] if len(projects) == 1 else []
     )
     initial = (
-        {"name": source.name, "projects": attached or [], "sync_interval_minutes": source.sync_interval_minutes,
-         "enabled": source.enabled}
+        {
+            "name": source.name,
+            "projects": attached or [],
+            "sync_interval_minutes": source.sync_interval_minutes,
+            "enabled": source.enabled,
+        }
         if source is not None
         else {"projects": preselected}
-    )  # fmt: skip
+    )
     form = SourceForm(
-        request.POST if posted else None, request.FILES if posted else None, projects=projects,
-        file_based=file_based, initial=initial,
-    )  # fmt: skip
+        request.POST if posted else None,
+        request.FILES if posted else None,
+        projects=projects,
+        file_based=file_based,
+        initial=initial,
+    )
     if posted and request.POST.get("action") == "test":
         form.fields["projects"].required = False  # a test writes nothing: no project needed yet
     tenant = Tenant.objects.get(pk=tenant_id)
@@ -245,11 +256,12 @@ def _source_page(
                     check += " The uploaded file was only tested: choose it again when you save."
             else:
                 fields = {
-                    "name": form.cleaned_data["name"], "config": config,
+                    "name": form.cleaned_data["name"],
+                    "config": config,
                     "project_ids": [int(p) for p in form.cleaned_data["projects"]],
                     "sync_interval_minutes": form.cleaned_data["sync_interval_minutes"],
                     "enabled": form.cleaned_data["enabled"],
-                }  # fmt: skip
+                }
                 if source is None:
                     source = managed_source_create(tenant_id=tenant_id, kind=kind, **fields)
                     messages.success(request, f"Created {source.name}. Sync it now, or wait for its schedule.")
@@ -267,8 +279,7 @@ def _source_page(
         finally:
             if stored_upload is not None:  # a test, or a save that failed: the upload is not kept
                 upload_discard(tenant=tenant, path=stored_upload)
-    context = {"kind": kind, "source": source, "form": form, "config_form": config_form, "check": check,
-               "error": error}  # fmt: skip
+    context = {"kind": kind, "source": source, "form": form, "config_form": config_form, "check": check, "error": error}
     return render(request, "sources/manage_source.html", context)
 
 
@@ -286,8 +297,9 @@ def manage_projects(request: HttpRequest) -> HttpResponse:
     tenant_id = _admin_tenant_or_404(request)
     form = NewProjectForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        project = project_create(tenant_id=tenant_id, name=form.cleaned_data["name"],
-                                 visibility=form.cleaned_data["visibility"])  # fmt: skip
+        project = project_create(
+            tenant_id=tenant_id, name=form.cleaned_data["name"], visibility=form.cleaned_data["visibility"]
+        )
         messages.success(request, f"Created project {project.name}.")
         return redirect("sources:manage_project", project.slug)
     with tenant_context(tenant_id):
@@ -326,9 +338,10 @@ def manage_project(request: HttpRequest, slug: str) -> HttpResponse:
                     project_member_remove(project=project, user=user)
             elif action == "sources":
                 project_sources_set(
-                    tenant_id=tenant_id, project_id=project.pk,
+                    tenant_id=tenant_id,
+                    project_id=project.pk,
                     source_ids=[form_int(s) for s in request.POST.getlist("sources")],
-                )  # fmt: skip
+                )
             else:
                 raise ValueError("unknown action")
             messages.success(request, "Saved.")
@@ -341,8 +354,11 @@ def manage_project(request: HttpRequest, slug: str) -> HttpResponse:
         attached = set(ProjectSource.objects.filter(project=project).values_list("source_id", flat=True))
     in_project = {m.user_id for m in members}
     context = {
-        "project": project, "members": members, "sources": [(s, s.pk in attached) for s in sources],
+        "project": project,
+        "members": members,
+        "sources": [(s, s.pk in attached) for s in sources],
         "candidates": sorted((u for pk, u in tenant_users.items() if pk not in in_project), key=lambda u: u.username),
-        "visibilities": Project.Visibility.choices, "roles": ProjectMember.Role.choices,
-    }  # fmt: skip
+        "visibilities": Project.Visibility.choices,
+        "roles": ProjectMember.Role.choices,
+    }
     return render(request, "sources/manage_project.html", context)

@@ -67,15 +67,52 @@ from sources.selectors import QueryScope
 
 # What the package offers (the modules keep the rest): hybrid_search and what its callers and tests use.
 __all__ = [
-    "ALL_RANKERS", "CANDIDATES_PER_RANKER", "CHUNK_KINDS", "CONTEXT_CHARS", "DOCUMENT_LIST", "FILE_KINDS",
-    "HIT_COLUMNS", "LEXICAL_SKIPPED_KINDS", "MAX_QUERY_CHARS", "OPTIONAL_RANKERS", "PASSAGE_LIST", "RARE_IDF",
-    "RECENCY_WEIGHT", "RRF_K", "SYMBOL_WORDS_SQL", "THREAD_KINDS", "EmptyQuery", "Hit", "InvalidQuery",
-    "QueryTerms", "QueryTooLong", "SearchResult", "asked_symbol_kinds", "clean_query", "compound_splits",
-    "dense_ranking", "expand_context", "hit_from_row", "hybrid_search", "lexical_ranking", "linked_name_weights",
-    "linked_symbol_ranking", "load_hits", "merge_and_cap", "portal_link", "query_identifiers", "query_intents",
-    "query_terms", "rare_term_ranking", "recency_ranks", "rrf_fuse", "safe_link", "scope_where_sql",
-    "symbol_name_ranking", "symbol_ranking",
-]  # fmt: skip
+    "ALL_RANKERS",
+    "CANDIDATES_PER_RANKER",
+    "CHUNK_KINDS",
+    "CONTEXT_CHARS",
+    "DOCUMENT_LIST",
+    "FILE_KINDS",
+    "HIT_COLUMNS",
+    "LEXICAL_SKIPPED_KINDS",
+    "MAX_QUERY_CHARS",
+    "OPTIONAL_RANKERS",
+    "PASSAGE_LIST",
+    "RARE_IDF",
+    "RECENCY_WEIGHT",
+    "RRF_K",
+    "SYMBOL_WORDS_SQL",
+    "THREAD_KINDS",
+    "EmptyQuery",
+    "Hit",
+    "InvalidQuery",
+    "QueryTerms",
+    "QueryTooLong",
+    "SearchResult",
+    "asked_symbol_kinds",
+    "clean_query",
+    "compound_splits",
+    "dense_ranking",
+    "expand_context",
+    "hit_from_row",
+    "hybrid_search",
+    "lexical_ranking",
+    "linked_name_weights",
+    "linked_symbol_ranking",
+    "load_hits",
+    "merge_and_cap",
+    "portal_link",
+    "query_identifiers",
+    "query_intents",
+    "query_terms",
+    "rare_term_ranking",
+    "recency_ranks",
+    "rrf_fuse",
+    "safe_link",
+    "scope_where_sql",
+    "symbol_name_ranking",
+    "symbol_ranking",
+]
 
 
 ALL_RANKERS = ("lexical", "dense", "symbol")
@@ -130,9 +167,13 @@ def hybrid_search(
                 level_kinds, excluded = kinds_of_level(level, kinds)
                 if level_kinds != []:
                     rankings[f"lexical{level}"] = lexical_ranking(
-                        query, scope, kinds=level_kinds, terms=terms, exclude_kinds=excluded,
+                        query,
+                        scope,
+                        kinds=level_kinds,
+                        terms=terms,
+                        exclude_kinds=excluded,
                         leaves_only=level == PASSAGE_LIST,
-                    )  # fmt: skip
+                    )
             timings["lexical"] = (time.perf_counter() - t0) * 1000
         exact: list[str] = []
         if terms is not None:
@@ -184,9 +225,12 @@ def hybrid_search(
                     level_kinds, excluded = kinds_of_level(level, restricted)
                     if level_kinds != []:
                         dense = dense_ranking(
-                            query_vector, scope, kinds=level_kinds, exclude_kinds=excluded,
+                            query_vector,
+                            scope,
+                            kinds=level_kinds,
+                            exclude_kinds=excluded,
                             leaves_only=level == PASSAGE_LIST,
-                        )  # fmt: skip
+                        )
                         rankings[f"dense:{family}{level}"] = [doc_id for doc_id, _ in dense]
                         similarities.update(dense)
                 if wanted:

@@ -115,8 +115,9 @@ def grep_patterns(query: str) -> list[Pattern]:
         key = text if case_sensitive else text.lower()
         if len(text) >= 3 and key not in seen and len(patterns) < MAX_PATTERNS:
             seen.add(key)
-            patterns.append(Pattern(text=text if case_sensitive else text.lower(), weight=weight,
-                                    case_sensitive=case_sensitive))  # fmt: skip
+            patterns.append(
+                Pattern(text=text if case_sensitive else text.lower(), weight=weight, case_sensitive=case_sensitive)
+            )
 
     for match in _QUOTED.finditer(query):
         text = match.group(1) or match.group(2)
@@ -316,12 +317,39 @@ def grep_command(program: tuple[str, str], patterns: Sequence[Pattern], *, case_
     each match as ``path NUL line : match`` (rg) or ``path NUL line NUL match`` (git)."""
     kind, path = program
     if kind == "rg":
-        cmd = [path, "--no-config", "--fixed-strings", "--only-matching", "--line-number", "--with-filename",
-               "--null", "--no-heading", "--color", "never", "--hidden", "--no-ignore", "--no-messages",
-               "--max-count", str(MAX_COUNT_PER_FILE)]  # fmt: skip
+        cmd = [
+            path,
+            "--no-config",
+            "--fixed-strings",
+            "--only-matching",
+            "--line-number",
+            "--with-filename",
+            "--null",
+            "--no-heading",
+            "--color",
+            "never",
+            "--hidden",
+            "--no-ignore",
+            "--no-messages",
+            "--max-count",
+            str(MAX_COUNT_PER_FILE),
+        ]
     else:
-        cmd = [path, "-c", "core.quotepath=off", "grep", "--no-index", "--no-color", "-I", "--fixed-strings",
-               "--only-matching", "--line-number", "--null", "--max-count", str(MAX_COUNT_PER_FILE)]  # fmt: skip
+        cmd = [
+            path,
+            "-c",
+            "core.quotepath=off",
+            "grep",
+            "--no-index",
+            "--no-color",
+            "-I",
+            "--fixed-strings",
+            "--only-matching",
+            "--line-number",
+            "--null",
+            "--max-count",
+            str(MAX_COUNT_PER_FILE),
+        ]
     if not case_sensitive:
         cmd.append("--ignore-case")
     for pattern in patterns:
@@ -346,9 +374,13 @@ def run_grep(cmd: list[str], *, cwd: Path, git_format: bool, timeout: float = GR
     started = time.perf_counter()
     run = GrepRun()
     proc = subprocess.Popen(
-        cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        cmd,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         env={**os.environ, "LC_ALL": "C", "GIT_OPTIONAL_LOCKS": "0"},
-    )  # fmt: skip
+    )
     assert proc.stdout is not None
     chunks: list[bytes] = []
     size = 0

@@ -12,7 +12,7 @@ import json
 from django.db import migrations
 
 SECRET_FIELD_NAMES = ("token", "app_token", "password", "api_token", "api_key", "webhook_secret", "client_secret",
-                      "secret")  # fmt: skip
+                      "secret")
 
 
 def _each_source(schema_editor, apps):

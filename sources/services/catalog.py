@@ -57,9 +57,14 @@ def source_create(
             tenant_id=tenant_id,
             object_type="sources.datasource",
             object_id=source.pk,
-            data={"source": source.slug, "kind": kind, "name": name, "config_keys": sorted(config),
-                  "projects": list(project_ids)},
-        )  # fmt: skip
+            data={
+                "source": source.slug,
+                "kind": kind,
+                "name": name,
+                "config_keys": sorted(config),
+                "projects": list(project_ids),
+            },
+        )
     return source
 
 

@@ -170,10 +170,25 @@ class _Batcher:
                         )
                     )
             update_fields = [
-                "kind", "title", "url", "path", "start_line", "end_line", "position", "parent_external_id",
-                "content", "text", "search_terms", "metadata", "principals", "content_hash", "generation",
-                "created_at", "updated_at", "indexed_at",
-            ]  # fmt: skip
+                "kind",
+                "title",
+                "url",
+                "path",
+                "start_line",
+                "end_line",
+                "position",
+                "parent_external_id",
+                "content",
+                "text",
+                "search_terms",
+                "metadata",
+                "principals",
+                "content_hash",
+                "generation",
+                "created_at",
+                "updated_at",
+                "indexed_at",
+            ]
             writes = [(doc, "create") for doc in creates] + [
                 (doc, "update+vector" if has else "update") for doc, has in updates
             ]
@@ -376,9 +391,13 @@ def _source_ingest(
     # so a run that changes little need not recount every row at its end.
     maintained = indexed_before > 0
     batcher = _Batcher(
-        tenant_id=tenant_id, source_id=source_id, generation=generation, run=run, report=report,
+        tenant_id=tenant_id,
+        source_id=source_id,
+        generation=generation,
+        run=run,
+        report=report,
         maintain_term_stats=maintained,
-    )  # fmt: skip
+    )
     status, error = IngestionRun.Status.SUCCEEDED, ""
     try:
         connector = build_connector(kind, config, include=include, exclude=exclude, source_label=label)
@@ -438,10 +457,19 @@ def _source_ingest(
         run.finished_at = timezone.now()
         run.save(
             update_fields=[
-                "status", "error", "skipped", "skipped_items", "finished_at", "deleted",
-                "seen", "created", "updated", "unchanged", "embedded",
+                "status",
+                "error",
+                "skipped",
+                "skipped_items",
+                "finished_at",
+                "deleted",
+                "seen",
+                "created",
+                "updated",
+                "unchanged",
+                "embedded",
             ]
-        )  # fmt: skip
+        )
         source_health_record(source_id=source_id, run=run)
     return run
 

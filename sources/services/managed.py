@@ -235,9 +235,14 @@ def managed_source_create(
             slug = f"{base}-{n}"
         _check_local(kind, config, label=name)
         source = source_create(
-            tenant_id=tenant_id, kind=kind, name=name, slug=slug, config=config, project_ids=projects,
+            tenant_id=tenant_id,
+            kind=kind,
+            name=name,
+            slug=slug,
+            config=config,
+            project_ids=projects,
             sync_interval_minutes=sync_interval_minutes,
-        )  # fmt: skip
+        )
         if not enabled:
             DataSource.objects.filter(pk=source.pk).update(enabled=False)
             source.enabled = False
@@ -292,8 +297,9 @@ def managed_source_update(
             config["path"] = managed_path(source.kind, str(config["path"]), tenant)
         config = _guard_retarget(source.kind, config, source.config)
         merged = config_merge_secrets(kind=source.kind, old=source.config, new=config, label=source.name)
-        new = build_connector(source.kind, merged, include=source.include, exclude=source.exclude,
-                              source_label=source.name).config.model_dump()  # fmt: skip
+        new = build_connector(
+            source.kind, merged, include=source.include, exclude=source.exclude, source_label=source.name
+        ).config.model_dump()
         try:
             old = build_connector(source.kind, source.config, source_label=source.name).config.model_dump()
         except ConnectorError:  # a stored config today's rules refuse: this edit is what fixes it
@@ -305,8 +311,11 @@ def managed_source_update(
         before = set(ProjectSource.objects.filter(source=source).values_list("project_id", flat=True))
         # Compared as the connector reads them: a default written out is no change.
         changed = sorted(k for k in set(new) | set(old) if new.get(k) != old.get(k))
-        fields = {"name": (name or "").strip() or source.name, "sync_interval_minutes": int(sync_interval_minutes),
-                  "enabled": bool(enabled)}  # fmt: skip
+        fields = {
+            "name": (name or "").strip() or source.name,
+            "sync_interval_minutes": int(sync_interval_minutes),
+            "enabled": bool(enabled),
+        }
         changed += [k for k, v in fields.items() if getattr(source, k) != v]
         for key, value in fields.items():
             setattr(source, key, value)
@@ -319,9 +328,12 @@ def managed_source_update(
         if set(projects) != before:
             changed.append("projects")
         audit_record(
-            action="source.update", tenant_id=tenant_id, object_type="sources.datasource", object_id=source.pk,
+            action="source.update",
+            tenant_id=tenant_id,
+            object_type="sources.datasource",
+            object_id=source.pk,
             data={"source": source.slug, "changed": changed, "projects": projects},
-        )  # fmt: skip
+        )
     if replaced and "://" not in replaced:
         upload_discard(tenant=tenant, path=replaced)  # the earlier upload, unless a source still reads it
     return source
@@ -339,9 +351,12 @@ def managed_source_delete(*, tenant_id: int, source_id: int) -> dict[str, Any]:
         summary = {"source": source.slug, "name": source.name, "rows": source.documents.count()}
         path = str(source.config.get("path") or "")
         audit_record(
-            action="source.delete", tenant_id=tenant_id, object_type="sources.datasource", object_id=source.pk,
+            action="source.delete",
+            tenant_id=tenant_id,
+            object_type="sources.datasource",
+            object_id=source.pk,
             data=summary,
-        )  # fmt: skip
+        )
         # The rows in one statement (only rows of this source point at them, as parents): Django's
         # delete would load every row of a large source to cascade, memory growing with its size.
         with connection.cursor() as cursor:
@@ -404,7 +419,10 @@ def project_sources_set(*, tenant_id: int, project_id: int, source_ids: Iterable
             ProjectSource.objects.create(tenant_id=tenant_id, project=project, source_id=source_id)
         if found != before:
             audit_record(
-                action="project.sources", tenant_id=tenant_id, object_type="projects.project", object_id=project.pk,
+                action="project.sources",
+                tenant_id=tenant_id,
+                object_type="projects.project",
+                object_id=project.pk,
                 data={"project": project.slug, "attached": sorted(found - before), "detached": sorted(before - found)},
-            )  # fmt: skip
+            )
     return sorted(found)

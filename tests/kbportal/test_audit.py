@@ -51,15 +51,22 @@ def aud(django_db_setup, django_db_blocker) -> Aud:
     from sources.services import source_create, source_ingest
 
     with django_db_blocker.unblock(), override_settings(KB_CUSTOM_CONNECTORS=CUSTOM):
-        acme = tenant_onboard(name="Aud Acme", slug="aud-acme", admin_username="aud-acme-admin",
-                              admin_password="x" * 12)  # fmt: skip
-        globex = tenant_onboard(name="Aud Globex", slug="aud-globex", admin_username="aud-globex-admin",
-                                admin_password="y" * 12)  # fmt: skip
+        acme = tenant_onboard(
+            name="Aud Acme", slug="aud-acme", admin_username="aud-acme-admin", admin_password="x" * 12
+        )
+        globex = tenant_onboard(
+            name="Aud Globex", slug="aud-globex", admin_username="aud-globex-admin", admin_password="y" * 12
+        )
         member = get_user_model().objects.create_user("aud-acme-member", "member@aud.example", "z" * 12)
         membership_create(tenant_id=acme.tenant.pk, user=member, role=Membership.Role.MEMBER)
         profile_set_default_project(user=member, tenant_id=acme.tenant.pk, project_id=acme.project.pk)
-        source = source_create(tenant_id=acme.tenant.pk, kind="test_rows", name="Aud wiki",
-                               config={"rows": ACME_ROWS}, project_ids=[acme.project.pk])  # fmt: skip
+        source = source_create(
+            tenant_id=acme.tenant.pk,
+            kind="test_rows",
+            name="Aud wiki",
+            config={"rows": ACME_ROWS},
+            project_ids=[acme.project.pk],
+        )
         assert source_ingest(tenant_id=acme.tenant.pk, source_id=source.pk).status == "succeeded"
     return Aud(acme=acme, globex=globex, member=member, source_id=source.pk)
 
@@ -284,8 +291,12 @@ def test_an_api_question_writes_an_ask_and_an_api_call_event_with_the_token_pref
     ]
     assert call_event.action == "api.call"
     assert call_event.data == {
-        "method": "POST", "path": "/api/v1/ask", "status": 200, "ms": call_event.data["ms"], "view": "api:ask",
-    }  # fmt: skip
+        "method": "POST",
+        "path": "/api/v1/ask",
+        "status": 200,
+        "ms": call_event.data["ms"],
+        "view": "api:ask",
+    }
     for event in (ask_event, call_event):
         assert (event.actor_id, event.actor_token_prefix) == (aud.acme.admin.pk, token_row.prefix)
 
@@ -300,9 +311,12 @@ def test_searches_write_one_search_event_on_the_web_and_two_events_through_the_a
     hits = [i for h in shown for i in h.document_ids]  # each result's row and the sections merged into it
     assert event.action == "search" and event.actor_id == aud.acme.admin.pk
     assert event.data == {
-        "tool": "search", "query": "compute_backoff", "project": aud.acme.project.slug, "hits": hits,
+        "tool": "search",
+        "query": "compute_backoff",
+        "project": aud.acme.project.slug,
+        "hits": hits,
         "count": len(shown),
-    }  # fmt: skip
+    }
 
     token_row, token = api_token_create(tenant=aud.acme.tenant, user=None, name="aud-bot", project=aud.acme.project)
     request_id = rid()
@@ -360,8 +374,9 @@ def test_every_api_request_writes_exactly_one_api_call_event(aud):
 
 
 def test_a_refused_token_is_an_api_call_without_a_tenant_keeping_the_prefix(committed):
-    org = tenant_onboard(name="Aud refused", slug="aud-refused", admin_username="aud-refused-admin",
-                         admin_password="pw-refused-123")  # fmt: skip
+    org = tenant_onboard(
+        name="Aud refused", slug="aud-refused", admin_username="aud-refused-admin", admin_password="pw-refused-123"
+    )
     token_row, token = api_token_create(tenant=org.tenant, user=org.admin, name="aud-revoked")
     api_token_revoke(token=token_row)
     request_id = rid()
@@ -426,8 +441,10 @@ def test_an_api_sync_writes_a_source_sync_event_with_the_run(aud, django_capture
     assert response.status_code == 202
     sync_event, call_event = events(aud.acme.tenant.pk, request_id)
     assert (sync_event.action, sync_event.object_type, sync_event.object_id) == (
-        "source.sync", "sources.datasource", str(aud.source_id),
-    )  # fmt: skip
+        "source.sync",
+        "sources.datasource",
+        str(aud.source_id),
+    )
     assert sync_event.data == {"source": "aud-wiki", "run_id": response.json()["run_id"], "via": "api"}
     assert call_event.data["status"] == 202
 
@@ -440,17 +457,23 @@ def test_source_create_and_config_update_write_one_event_each_without_config_val
     org = make_tenant("aud-src")
     rows = [{"external_id": "a", "kind": "doc_section", "title": "A", "content": "private-config-value"}]
     source = source_create(
-        tenant_id=org.tenant.pk, kind="test_rows", name="Audited rows", config={"rows": rows},
+        tenant_id=org.tenant.pk,
+        kind="test_rows",
+        name="Audited rows",
+        config={"rows": rows},
         project_ids=[org.project.pk],
-    )  # fmt: skip
+    )
     source_update_config(tenant_id=org.tenant.pk, source_id=source.pk, config={"rows": []})
     with tenant_context(org.tenant.pk):
         created, updated = AuditEvent.objects.filter(object_type="sources.datasource").order_by("id")
     assert (created.action, created.object_id) == ("source.create", str(source.pk))
     assert created.data == {
-        "source": "audited-rows", "kind": "test_rows", "name": "Audited rows", "config_keys": ["rows"],
+        "source": "audited-rows",
+        "kind": "test_rows",
+        "name": "Audited rows",
+        "config_keys": ["rows"],
         "projects": [org.project.pk],
-    }  # fmt: skip
+    }
     assert (updated.action, updated.data) == ("source.update", {"source": "audited-rows", "changed_keys": ["rows"]})
     assert "private-config-value" not in json.dumps(created.data) + json.dumps(updated.data)
 
@@ -496,19 +519,28 @@ def test_admin_changes_write_events_and_the_audit_admin_is_read_only(client, aud
     response = client.post(
         f"/admin/projects/project/{project.pk}/change/",
         {
-            "tenant": tenant_id, "name": "Renamed", "slug": project.slug, "description": "new",
-            "visibility": project.visibility, "_save": "Save",
+            "tenant": tenant_id,
+            "name": "Renamed",
+            "slug": project.slug,
+            "description": "new",
+            "visibility": project.visibility,
+            "_save": "Save",
             # The ProjectMember inline's management form (prefix: the foreign key's related_name).
-            "members-TOTAL_FORMS": 0, "members-INITIAL_FORMS": 0, "members-MIN_NUM_FORMS": 0,
+            "members-TOTAL_FORMS": 0,
+            "members-INITIAL_FORMS": 0,
+            "members-MIN_NUM_FORMS": 0,
             "members-MAX_NUM_FORMS": 1000,
         },
         headers={"X-Request-ID": request_id},
-    )  # fmt: skip
+    )
     assert response.status_code == 302, response.context and response.context["errors"]
     (event,) = events(tenant_id, request_id)
     assert (event.action, event.actor_id, event.object_type, event.object_id) == (
-        "admin.change", staff.pk, "projects.project", str(project.pk),
-    )  # fmt: skip
+        "admin.change",
+        staff.pk,
+        "projects.project",
+        str(project.pk),
+    )
     assert event.data["operation"] == "change" and event.data["object"] == "Renamed"
     assert event.data["message"] == [{"changed": {"fields": ["Name", "Description"]}}]
 
@@ -518,18 +550,29 @@ def test_admin_changes_write_events_and_the_audit_admin_is_read_only(client, aud
         response = client.post(
             "/admin/sources/datasource/add/",
             {
-                "tenant": tenant_id, "name": "Admin rows", "slug": "admin-rows", "kind": "test_rows",
-                "config": '{"rows": []}', "include": "[]", "exclude": "[]", "sync_interval_minutes": 60,
-                "generation": 0, "indexed_rows": 0,
-                "projectsource_set-TOTAL_FORMS": 0, "projectsource_set-INITIAL_FORMS": 0,
+                "tenant": tenant_id,
+                "name": "Admin rows",
+                "slug": "admin-rows",
+                "kind": "test_rows",
+                "config": '{"rows": []}',
+                "include": "[]",
+                "exclude": "[]",
+                "sync_interval_minutes": 60,
+                "generation": 0,
+                "indexed_rows": 0,
+                "projectsource_set-TOTAL_FORMS": 0,
+                "projectsource_set-INITIAL_FORMS": 0,
             },
             headers={"X-Request-ID": request_id},
-        )  # fmt: skip
+        )
     assert response.status_code == 302, response.context["adminform"].form.errors
     (event,) = events(tenant_id, request_id)
     assert (event.action, event.object_type, event.data["operation"], event.data["via"]) == (
-        "source.create", "sources.datasource", "add", "admin",
-    )  # fmt: skip
+        "source.create",
+        "sources.datasource",
+        "add",
+        "admin",
+    )
 
     # The operator reads every event (as the owner), and can change or delete none.
     with connections["owner"].cursor() as cursor:
@@ -607,9 +650,17 @@ def _seed(tenant_id: int, actor, *, request_id: str = "seed", rows=None) -> None
             cursor.execute(
                 "INSERT INTO kbportal_auditevent (tenant_id, actor_id, actor_username, action, object_type, "
                 "object_id, request_id, created_at, data) VALUES (%s, %s, %s, %s, '', %s, %s, %s, %s::jsonb)",
-                [tenant_id, actor.pk if who and actor is not None else None, who, action, str(n), request_id,
-                 now - timedelta(days=age), json.dumps(data)],
-            )  # fmt: skip
+                [
+                    tenant_id,
+                    actor.pk if who and actor is not None else None,
+                    who,
+                    action,
+                    str(n),
+                    request_id,
+                    now - timedelta(days=age),
+                    json.dumps(data),
+                ],
+            )
 
 
 @pytest.mark.django_db
@@ -657,8 +708,17 @@ def test_the_csv_export_streams_the_filtered_events(client, make_tenant):
     assert response["Content-Type"] == "text/csv; charset=utf-8"
     assert response["Content-Disposition"].startswith('attachment; filename="audit-')
     rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
-    assert rows[0] == ["time", "action", "actor", "token_prefix", "object_type", "object_id", "request_id", "ip",
-                       "data"]  # fmt: skip
+    assert rows[0] == [
+        "time",
+        "action",
+        "actor",
+        "token_prefix",
+        "object_type",
+        "object_id",
+        "request_id",
+        "ip",
+        "data",
+    ]
     seeded = [r for r in rows[1:] if r[6] == "seed"]
     assert [r[5] for r in seeded] == ["0", "1"]  # asks since 3 days ago, newest first; the 10-day-old one is out
     assert {r[1] for r in rows[1:]} == {"ask"} and {r[2] for r in seeded} == {org.admin.username}

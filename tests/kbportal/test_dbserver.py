@@ -76,8 +76,9 @@ def test_dbserver_status_of_a_server_still_starting_does_not_crash(tmp_path, mon
     AssertionError traceback. Only ``status`` is run here, on a fake pid file naming this process."""
     import os
 
-    pgdata = _fake_pgdata(tmp_path, [str(os.getpid()), str(tmp_path / "pgdata"), str(int(time.time())), "5432",
-                                     str(tmp_path)])  # fmt: skip
+    pgdata = _fake_pgdata(
+        tmp_path, [str(os.getpid()), str(tmp_path / "pgdata"), str(int(time.time())), "5432", str(tmp_path)]
+    )
     out = _dbserver_status(monkeypatch, pgdata)
     assert "embedded PostgreSQL" in out
 

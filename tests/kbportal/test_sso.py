@@ -107,9 +107,7 @@ def _start_provider(tmp_path: Path, clients: list[dict]) -> Provider:
         "KB_OIDC_HOST": "127.0.0.1",
     }
     with open(log, "wb") as err:
-        process = subprocess.Popen(
-            ["node", "server.js"], cwd=OIDC_DIR, env=env, stdout=subprocess.PIPE, stderr=err
-        )  # fmt: skip
+        process = subprocess.Popen(["node", "server.js"], cwd=OIDC_DIR, env=env, stdout=subprocess.PIPE, stderr=err)
     deadline = time.monotonic() + 30
     line = b""
     while time.monotonic() < deadline and not line.endswith(b"\n"):
@@ -183,41 +181,67 @@ def world(django_db_setup, django_db_blocker, oidc_node_modules, tmp_path_factor
         ]
         provider = _start_provider(tmp_path_factory.mktemp("oidc"), clients)
         try:
-            acme = tenant_onboard(name="SSO Acme", slug="sso-acme", admin_username="sso-acme-admin",
-                                  admin_password="pw-" + "a" * 12)  # fmt: skip
-            globex = tenant_onboard(name="SSO Globex", slug="sso-globex", admin_username="sso-globex-admin",
-                                    admin_password="pw-" + "g" * 12)  # fmt: skip
+            acme = tenant_onboard(
+                name="SSO Acme", slug="sso-acme", admin_username="sso-acme-admin", admin_password="pw-" + "a" * 12
+            )
+            globex = tenant_onboard(
+                name="SSO Globex", slug="sso-globex", admin_username="sso-globex-admin", admin_password="pw-" + "g" * 12
+            )
             # Newer but first by name: the default project of a JIT member is the oldest one.
             later = project_create(tenant_id=acme.tenant.pk, name="Aardvark (newer)")
             dave = get_user_model().objects.create_user("dave-local", ACCOUNTS["dave"]["email"], "pw-" + "d" * 12)
             with override_settings(KB_CUSTOM_CONNECTORS=CUSTOM):
                 for onboarded, marker in ((acme, ACME_MARKER), (globex, GLOBEX_MARKER)):
                     source = source_create(
-                        tenant_id=onboarded.tenant.pk, kind="test_rows", name=f"{onboarded.tenant.slug} wiki",
-                        config={"rows": [{
-                            "external_id": "handbook#1", "kind": "doc_section", "path": "handbook.md",
-                            "title": f"{onboarded.tenant.name} handbook",
-                            "content": f"The {marker} is described in the {onboarded.tenant.name} handbook.",
-                        }]},
+                        tenant_id=onboarded.tenant.pk,
+                        kind="test_rows",
+                        name=f"{onboarded.tenant.slug} wiki",
+                        config={
+                            "rows": [
+                                {
+                                    "external_id": "handbook#1",
+                                    "kind": "doc_section",
+                                    "path": "handbook.md",
+                                    "title": f"{onboarded.tenant.name} handbook",
+                                    "content": f"The {marker} is described in the {onboarded.tenant.name} handbook.",
+                                }
+                            ]
+                        },
                         project_ids=[onboarded.project.pk],
-                    )  # fmt: skip
+                    )
                     assert source_ingest(tenant_id=onboarded.tenant.pk, source_id=source.pk).status == "succeeded"
             sso_provider_create(
-                tenant_id=acme.tenant.pk, name="Acme IdP", provider_id="acme-idp", server_url=provider.issuer,
-                client_id="acme-client", secret="acme-client-secret", domains=[ACME_DOMAIN],
-                token_auth_method="client_secret_post", logout_at_provider=True,
-            )  # fmt: skip
+                tenant_id=acme.tenant.pk,
+                name="Acme IdP",
+                provider_id="acme-idp",
+                server_url=provider.issuer,
+                client_id="acme-client",
+                secret="acme-client-secret",
+                domains=[ACME_DOMAIN],
+                token_auth_method="client_secret_post",
+                logout_at_provider=True,
+            )
             sso_provider_create(
-                tenant_id=globex.tenant.pk, name="Globex IdP", provider_id="globex-idp", server_url=provider.issuer,
-                client_id="globex-client", secret="globex-client-secret", domains=[GLOBEX_DOMAIN],
+                tenant_id=globex.tenant.pk,
+                name="Globex IdP",
+                provider_id="globex-idp",
+                server_url=provider.issuer,
+                client_id="globex-client",
+                secret="globex-client-secret",
+                domains=[GLOBEX_DOMAIN],
                 token_auth_method="client_secret_basic",
-            )  # fmt: skip
+            )
             SocialApp.objects.create(
-                provider="openid_connect", provider_id="stray-idp", name="Stray IdP", client_id="stray-client",
-                secret="stray-client-secret", settings={"server_url": provider.issuer},
-            )  # fmt: skip
-            yield World(portal=portal, issuer=provider.issuer, acme=acme, globex=globex,
-                        acme_later_project=later, dave=dave)  # fmt: skip
+                provider="openid_connect",
+                provider_id="stray-idp",
+                name="Stray IdP",
+                client_id="stray-client",
+                secret="stray-client-secret",
+                settings={"server_url": provider.issuer},
+            )
+            yield World(
+                portal=portal, issuer=provider.issuer, acme=acme, globex=globex, acme_later_project=later, dave=dave
+            )
         finally:
             provider.process.terminate()
             try:
@@ -325,8 +349,15 @@ def test_first_login_creates_member_with_default_project_and_second_login_reuses
     [login] = _events("login", actor_id=alice.pk)
     assert login.tenant_id == world.acme.tenant.pk
 
-    chosen = session.post(final.url, data={"csrfmiddlewaretoken": _csrf(final.text), "action": "choose",
-                                           "project": str(world.acme.project.public_id)}, timeout=30)  # fmt: skip
+    chosen = session.post(
+        final.url,
+        data={
+            "csrfmiddlewaretoken": _csrf(final.text),
+            "action": "choose",
+            "project": str(world.acme.project.public_id),
+        },
+        timeout=30,
+    )
     assert chosen.status_code == 200 and chosen.url == f"{world.portal}/"
 
     # Second login, fresh browser: the same user, no second join, a second login event; onboarded.
@@ -352,31 +383,57 @@ def _assert_refused(world, final, *, reason: str, email: str, tenant_id, text: s
 
 def test_email_of_no_tenants_domain_is_refused_and_nothing_created(world):
     session, final, _ = sso_login(world, "acme-idp", "mallory")
-    _assert_refused(world, final, reason="domain_not_allowed", email="mallory@nowhere.test",
-                    tenant_id=world.acme.tenant.pk, text="nowhere.test is not an email domain")  # fmt: skip
-    assert "sessionid" not in session.cookies or session.get(f"{world.portal}/search/", allow_redirects=False,
-                                                             timeout=10).status_code == 302  # fmt: skip
+    _assert_refused(
+        world,
+        final,
+        reason="domain_not_allowed",
+        email="mallory@nowhere.test",
+        tenant_id=world.acme.tenant.pk,
+        text="nowhere.test is not an email domain",
+    )
+    assert (
+        "sessionid" not in session.cookies
+        or session.get(f"{world.portal}/search/", allow_redirects=False, timeout=10).status_code == 302
+    )
 
 
 def test_unverified_email_is_refused(world):
     _, final, _ = sso_login(world, "acme-idp", "bob")
-    _assert_refused(world, final, reason="email_unverified", email=ACCOUNTS["bob"]["email"],
-                    tenant_id=world.acme.tenant.pk, text="has not verified your email address")  # fmt: skip
+    _assert_refused(
+        world,
+        final,
+        reason="email_unverified",
+        email=ACCOUNTS["bob"]["email"],
+        tenant_id=world.acme.tenant.pk,
+        text="has not verified your email address",
+    )
 
 
 def test_email_of_another_tenants_domain_through_this_tenants_provider_is_refused(world):
     _, final, _ = sso_login(world, "acme-idp", "carol")
-    _assert_refused(world, final, reason="domain_not_allowed", email=ACCOUNTS["carol"]["email"],
-                    tenant_id=world.acme.tenant.pk, text=f"{GLOBEX_DOMAIN} is not an email domain",
-                    domain_tenant=world.globex.tenant.pk)  # fmt: skip
+    _assert_refused(
+        world,
+        final,
+        reason="domain_not_allowed",
+        email=ACCOUNTS["carol"]["email"],
+        tenant_id=world.acme.tenant.pk,
+        text=f"{GLOBEX_DOMAIN} is not an email domain",
+        domain_tenant=world.globex.tenant.pk,
+    )
     assert "Globex" not in final.text  # the page does not say which organization owns the domain
 
 
 def test_provider_bound_to_no_tenant_is_refused(world):
     _, final, params = sso_login(world, "stray-idp", "ivy")
     assert params["client_id"] == "stray-client"
-    _assert_refused(world, final, reason="provider_without_tenant", email=ACCOUNTS["ivy"]["email"],
-                    tenant_id=None, text="not connected to any organization")  # fmt: skip
+    _assert_refused(
+        world,
+        final,
+        reason="provider_without_tenant",
+        email=ACCOUNTS["ivy"]["email"],
+        tenant_id=None,
+        text="not connected to any organization",
+    )
 
 
 def test_existing_user_with_that_verified_email_is_linked_not_duplicated(world):
@@ -437,8 +494,11 @@ def test_logout_ends_the_session_here_and_at_the_provider(world):
     confirm = session.get(out.headers["Location"], timeout=10)  # the provider asks to confirm
     action = re.search(r'<form id="op.logoutForm" method="post" action="([^"]+)"', confirm.text).group(1)
     xsrf = re.search(r'name="xsrf" value="([^"]+)"', confirm.text).group(1)
-    back = session.post(f"{world.issuer}{action}" if action.startswith("/") else action,
-                        data={"xsrf": xsrf, "logout": "yes"}, timeout=10)  # fmt: skip
+    back = session.post(
+        f"{world.issuer}{action}" if action.startswith("/") else action,
+        data={"xsrf": xsrf, "logout": "yes"},
+        timeout=10,
+    )
     assert back.url.startswith(f"{world.portal}/accounts/login/")  # back at the portal, signed out
     # The provider's session is gone too: signing in again asks who you are (sso_login posts the form).
     _, again, _ = sso_login(world, "acme-idp", "frank", session=session)
@@ -492,9 +552,14 @@ def test_a_private_slack_channel_reaches_its_member_after_sso_sign_in_until_remo
     def export(members: list[str]) -> None:
         (tmp_path / "channels.json").write_text(json.dumps([{"id": "C0SSOGEN1", "name": "general", "members": []}]))
         (tmp_path / "groups.json").write_text(json.dumps([{"id": "G0SSOEXEC", "name": "exec", "members": members}]))
-        users = [{"id": uid, "name": login, "profile": {"real_name": ACCOUNTS[login]["name"],
-                                                        "email": ACCOUNTS[login]["email"]}}
-                 for uid, login in (("U0SSOPIA1", "pia"), ("U0SSOQUE1", "quentin"))]  # fmt: skip
+        users = [
+            {
+                "id": uid,
+                "name": login,
+                "profile": {"real_name": ACCOUNTS[login]["name"], "email": ACCOUNTS[login]["email"]},
+            }
+            for uid, login in (("U0SSOPIA1", "pia"), ("U0SSOQUE1", "quentin"))
+        ]
         (tmp_path / "users.json").write_text(json.dumps(users))
         for channel, text in (("exec", f"{marker}, keep it in this channel."), ("general", "Welcome, everyone.")):
             (tmp_path / channel).mkdir(exist_ok=True)
@@ -503,9 +568,12 @@ def test_a_private_slack_channel_reaches_its_member_after_sso_sign_in_until_remo
 
     export(["U0SSOPIA1"])
     source = source_create(
-        tenant_id=world.acme.tenant.pk, kind="slack_export", name="Acme Slack (SSO test)",
-        config={"path": str(tmp_path)}, project_ids=[world.acme.project.pk],
-    )  # fmt: skip
+        tenant_id=world.acme.tenant.pk,
+        kind="slack_export",
+        name="Acme Slack (SSO test)",
+        config={"path": str(tmp_path)},
+        project_ids=[world.acme.project.pk],
+    )
     assert source_ingest(tenant_id=world.acme.tenant.pk, source_id=source.pk).status == "succeeded"
 
     def reads(session) -> bool:
@@ -529,9 +597,10 @@ def test_failed_round_trip_is_a_failed_login_in_the_providers_tenant(world):
     session = requests.Session()
     before = len(_events("login.failed", tenant_id=world.acme.tenant.pk))
     page = session.get(
-        f"{world.portal}/accounts/oidc/acme-idp/login/callback/", params={"code": "forged", "state": "forged"},
+        f"{world.portal}/accounts/oidc/acme-idp/login/callback/",
+        params={"code": "forged", "state": "forged"},
         timeout=10,
-    )  # fmt: skip
+    )
     assert page.status_code == 401 and "Sign-in failed" in page.text
     events = _events("login.failed", tenant_id=world.acme.tenant.pk)
     assert len(events) == before + 1 and events[-1].data["provider"] == "acme-idp"
@@ -561,18 +630,65 @@ def test_sso_provider_command_adds_lists_and_removes(world, capsys, monkeypatch)
     from allauth.socialaccount.models import SocialApp
 
     with pytest.raises(CommandError, match="already admitted by another organization's provider"):
-        call_command("sso_provider", "add", "--tenant", "sso-acme", "--name", "Dup", "--provider-id", "dup",
-                     "--server-url", world.issuer, "--client-id", "x", "--secret", "y",
-                     "--domain", GLOBEX_DOMAIN)  # fmt: skip
+        call_command(
+            "sso_provider",
+            "add",
+            "--tenant",
+            "sso-acme",
+            "--name",
+            "Dup",
+            "--provider-id",
+            "dup",
+            "--server-url",
+            world.issuer,
+            "--client-id",
+            "x",
+            "--secret",
+            "y",
+            "--domain",
+            GLOBEX_DOMAIN,
+        )
     with pytest.raises(CommandError, match=r"domain 'bad_domain!\.com' is not a DNS name"):
-        call_command("sso_provider", "add", "--tenant", "sso-acme", "--name", "Bad", "--provider-id", "bad",
-                     "--server-url", world.issuer, "--client-id", "x", "--secret", "y",
-                     "--domain", "bad_domain!.com")  # fmt: skip
+        call_command(
+            "sso_provider",
+            "add",
+            "--tenant",
+            "sso-acme",
+            "--name",
+            "Bad",
+            "--provider-id",
+            "bad",
+            "--server-url",
+            world.issuer,
+            "--client-id",
+            "x",
+            "--secret",
+            "y",
+            "--domain",
+            "bad_domain!.com",
+        )
     with pytest.raises(CommandError, match="no tenant 'nope'"):
         call_command("sso_provider", "list", "--tenant", "nope")
-    call_command("sso_provider", "add", "--tenant", "sso-acme", "--name", "Acme Second", "--provider-id",
-                 "acme-second", "--server-url", world.issuer, "--client-id", "second", "--secret", "s2",
-                 "--domain", "Acme2.SSO.test", "--domain", "@acme3.sso.test")  # fmt: skip
+    call_command(
+        "sso_provider",
+        "add",
+        "--tenant",
+        "sso-acme",
+        "--name",
+        "Acme Second",
+        "--provider-id",
+        "acme-second",
+        "--server-url",
+        world.issuer,
+        "--client-id",
+        "second",
+        "--secret",
+        "s2",
+        "--domain",
+        "Acme2.SSO.test",
+        "--domain",
+        "@acme3.sso.test",
+    )
     assert "/accounts/oidc/acme-second/login/callback/" in capsys.readouterr().out
     call_command("sso_provider", "list", "--tenant", "sso-acme")
     listed = capsys.readouterr().out
@@ -583,9 +699,25 @@ def test_sso_provider_command_adds_lists_and_removes(world, capsys, monkeypatch)
     assert capsys.readouterr().out == "Removed acme-second.\n"
     # --secret - reads the secret from standard input (kept out of the shell history).
     monkeypatch.setattr("sys.stdin", io.StringIO("from-stdin-secret\n"))
-    call_command("sso_provider", "add", "--tenant", "sso-globex", "--name", "Globex Stdin", "--provider-id",
-                 "globex-stdin", "--server-url", world.issuer, "--client-id", "stdin", "--secret", "-",
-                 "--domain", "stdin.globex.test", "--logout-at-provider")  # fmt: skip
+    call_command(
+        "sso_provider",
+        "add",
+        "--tenant",
+        "sso-globex",
+        "--name",
+        "Globex Stdin",
+        "--provider-id",
+        "globex-stdin",
+        "--server-url",
+        world.issuer,
+        "--client-id",
+        "stdin",
+        "--secret",
+        "-",
+        "--domain",
+        "stdin.globex.test",
+        "--logout-at-provider",
+    )
     app = SocialApp.objects.get(provider_id="globex-stdin")
     assert app.secret == "from-stdin-secret" and app.settings["logout_at_provider"] is True
     call_command("sso_provider", "remove", "globex-stdin")
@@ -608,8 +740,14 @@ def test_operator_admin_lists_and_adds_bindings_and_refuses_a_claimed_domain(wor
     listing = client.get("/admin/kbportal/tenantidentityprovider/")
     assert listing.status_code == 200 and ACME_DOMAIN in listing.content.decode()
     assert GLOBEX_DOMAIN in listing.content.decode()  # the operator sees every tenant's bindings
-    app = SocialApp.objects.create(provider="openid_connect", provider_id="acme-admin-added", name="Acme Admin",
-                                   client_id="c", secret="s", settings={"server_url": world.issuer})  # fmt: skip
+    app = SocialApp.objects.create(
+        provider="openid_connect",
+        provider_id="acme-admin-added",
+        name="Acme Admin",
+        client_id="c",
+        secret="s",
+        settings={"server_url": world.issuer},
+    )
     form = {"tenant": world.acme.tenant.pk, "social_app": app.pk, "default_role": "member", "is_active": "on"}
     clash = client.post(
         "/admin/kbportal/tenantidentityprovider/add/", {**form, "domains": f"x.acme.test,{GLOBEX_DOMAIN}"}

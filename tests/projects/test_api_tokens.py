@@ -100,10 +100,15 @@ def test_token_pinned_to_a_project_cannot_switch_project(two):
 @pytest.mark.parametrize(
     "raw",
     [
-        "", "kb_", "Bearer kb_abcdefgh_" + "x" * 40, "kb_ABCDEFGH_" + "x" * 40, "kb_abcdefgh_" + "x" * 39,
-        "kb_abcdefgh_" + "-" * 40, "kb_abcdefgh_" + "x" * 40 + "\n" + "y",
+        "",
+        "kb_",
+        "Bearer kb_abcdefgh_" + "x" * 40,
+        "kb_ABCDEFGH_" + "x" * 40,
+        "kb_abcdefgh_" + "x" * 39,
+        "kb_abcdefgh_" + "-" * 40,
+        "kb_abcdefgh_" + "x" * 40 + "\n" + "y",
     ],
-)  # fmt: skip
+)
 def test_malformed_tokens_are_rejected_as_malformed(raw):
     with pytest.raises(ApiTokenRejected) as exc:
         api_token_authenticate(raw)
@@ -182,8 +187,11 @@ def test_service_token_needs_a_project_and_speaks_for_no_user(two):
     _, raw = api_token_create(tenant=a.tenant, user=None, name="bot", project=a.project)
     identity = api_token_authenticate(raw)
     assert (identity.user, identity.user_id, identity.project_slug, identity.project_pinned) == (
-        None, None, a.project.slug, True
-    )  # fmt: skip
+        None,
+        None,
+        a.project.slug,
+        True,
+    )
 
 
 def test_create_refuses_outsiders_other_tenants_projects_and_bad_arguments(two):
@@ -263,9 +271,19 @@ def test_command_creates_lists_and_revokes(two):
     a, _, member = two
     out, err = io.StringIO(), io.StringIO()
     call_command(
-        "api_token", "create", "--tenant", "tok-a", "--user", member.username, "--name", "ci", "--expires-days", "7",
-        stdout=out, stderr=err,
-    )  # fmt: skip
+        "api_token",
+        "create",
+        "--tenant",
+        "tok-a",
+        "--user",
+        member.username,
+        "--name",
+        "ci",
+        "--expires-days",
+        "7",
+        stdout=out,
+        stderr=err,
+    )
     raw = out.getvalue().strip()
     assert TOKEN_SHAPE.fullmatch(raw) and "shown once" in err.getvalue()
     identity = api_token_authenticate(raw)

@@ -66,8 +66,9 @@ def test_an_invited_person_creates_an_account_from_the_link_and_joins_with_the_r
     assert [m.to for m in mail.outbox] == [["new.person@example.test"]]
     visitor = Client()
     assert "You are invited as <strong>admin</strong>" in visitor.get(link).content.decode()
-    joined = visitor.post(link, {"username": "newperson", "password1": "Long-enough-pass-42",
-                                 "password2": "Long-enough-pass-42"})  # fmt: skip
+    joined = visitor.post(
+        link, {"username": "newperson", "password1": "Long-enough-pass-42", "password2": "Long-enough-pass-42"}
+    )
     assert joined.status_code == 302 and joined["Location"] == "/onboarding/"
     user = get_user_model().objects.get(username="newperson")
     with tenant_context(acme.tenant.pk):
@@ -106,8 +107,9 @@ def test_an_invitation_link_is_refused_when_used_expired_withdrawn_forged_or_for
     with tenant_context(acme.tenant.pk):
         assert not Membership.objects.filter(user=mallory).exists()
     # Nor can a stranger make a second account for an address an account already holds.
-    taken = Client().post(good, {"username": "pat2", "password1": "Long-enough-pass-42",
-                                 "password2": "Long-enough-pass-42"})  # fmt: skip
+    taken = Client().post(
+        good, {"username": "pat2", "password1": "Long-enough-pass-42", "password2": "Long-enough-pass-42"}
+    )
     assert "an account with pat@example.test exists" in taken.content.decode()
     pat = get_user_model().objects.create_user("pat", "", "pw-" + "p" * 12)
     EmailAddress.objects.create(user=pat, email="PAT@example.test", verified=True, primary=True)
@@ -140,8 +142,11 @@ def test_roles_change_within_the_rules_and_each_change_is_audited(acme):
     changes = [
         (e.actor_id, e.data["user"], e.data["from"], e.data["to"]) for e in _events(acme.tenant.pk, "member.role")
     ]
-    assert changes == [(admin.pk, "bo", "member", "admin"), (owner.pk, "ada", "admin", "owner"),
-                       (admin.pk, owner.username, "owner", "admin")]  # fmt: skip
+    assert changes == [
+        (admin.pk, "bo", "member", "admin"),
+        (owner.pk, "ada", "admin", "owner"),
+        (admin.pk, owner.username, "owner", "admin"),
+    ]
 
 
 def test_removing_a_member_ends_their_sessions_and_revokes_their_tokens_at_once(acme):
@@ -221,8 +226,9 @@ def test_a_lookalike_or_existing_member_cannot_take_an_invitation(acme):
 @pytest.mark.parametrize("username", ["pplacme-admin\u200b", "ceo@example.test", "a b", "<b>x</b>"])
 def test_an_invitation_signup_refuses_a_misleading_username(acme, username):
     link = _invite(_client(acme.admin), "fresh@example.test")
-    page = Client().post(link, {"username": username, "password1": "Long-enough-pass-42",
-                                "password2": "Long-enough-pass-42"})  # fmt: skip
+    page = Client().post(
+        link, {"username": username, "password1": "Long-enough-pass-42", "password2": "Long-enough-pass-42"}
+    )
     assert page.status_code == 200 and "a username may" in page.content.decode()
     assert not get_user_model().objects.filter(username=username).exists()
 
@@ -232,8 +238,9 @@ def test_admins_list_and_revoke_every_token_and_create_service_tokens(acme, make
     _, personal = api_token_create(tenant=acme.tenant, user=member, name="laptop")
     admin = _client(acme.admin)
     assert admin.get("/manage/").status_code == 200
-    page = admin.post("/manage/tokens/", {"action": "create", "name": "nightly job",
-                                          "project": str(acme.project.public_id)})  # fmt: skip
+    page = admin.post(
+        "/manage/tokens/", {"action": "create", "name": "nightly job", "project": str(acme.project.public_id)}
+    )
     assert page["Cache-Control"] == "no-store"
     secret = re.search(r'<code id="new-token">(kb_[^<]+)</code>', page.content.decode()).group(1)
     assert Client(HTTP_AUTHORIZATION=f"Bearer {secret}").get("/api/v1/projects").status_code == 200
@@ -267,8 +274,9 @@ def test_a_first_password_login_leads_to_choosing_a_default_project_once(acme):
     again = second.post("/accounts/login/", {"login": "first-timer", "password": "pw-" + "f" * 12})
     assert again.status_code == 302 and again["Location"] == "/"
     # A next address off this site is not followed.
-    evil = second.post("/onboarding/?next=https://evil.example/", {"action": "choose",
-                                                                   "project": str(acme.project.public_id)})  # fmt: skip
+    evil = second.post(
+        "/onboarding/?next=https://evil.example/", {"action": "choose", "project": str(acme.project.public_id)}
+    )
     assert evil["Location"] == "/"
 
 
@@ -278,9 +286,14 @@ def test_the_sso_page_lists_the_organizations_own_providers_without_their_secret
     other = make_tenant("pplsso")
     for tenant, provider_id, domain in ((acme, "ppl-acme-idp", "acme-ppl.test"), (other, "ppl-other-idp", "o.test")):
         sso_provider_create(
-            tenant_id=tenant.tenant.pk, name=f"{provider_id} name", provider_id=provider_id,
-            server_url="https://idp.example.test", client_id="cid", secret=f"{provider_id}-SECRET", domains=[domain],
-        )  # fmt: skip
+            tenant_id=tenant.tenant.pk,
+            name=f"{provider_id} name",
+            provider_id=provider_id,
+            server_url="https://idp.example.test",
+            client_id="cid",
+            secret=f"{provider_id}-SECRET",
+            domains=[domain],
+        )
     page = _client(acme.admin).get("/manage/sso/").content.decode()
     assert 'data-provider="ppl-acme-idp"' in page and "acme-ppl.test" in page
     assert "SECRET" not in page and "ppl-other-idp" not in page
@@ -297,8 +310,9 @@ def test_the_operator_creates_an_organization_whose_invited_owner_runs_it_from_m
     link = re.search(r"http://127\.0\.0\.1:8000(/invite/\S+/)", out.getvalue()).group(1)
     assert [m.to for m in mail.outbox] == [["boss@globex.test"]]
     owner = Client()
-    joined = owner.post(link, {"username": "globex-boss", "password1": "Long-enough-pass-42",
-                               "password2": "Long-enough-pass-42"})  # fmt: skip
+    joined = owner.post(
+        link, {"username": "globex-boss", "password1": "Long-enough-pass-42", "password2": "Long-enough-pass-42"}
+    )
     assert joined.status_code == 302
     assert owner.get("/manage/people/").status_code == 200
     from projects.models import Tenant
@@ -357,12 +371,16 @@ def test_an_invitation_naming_a_project_makes_it_the_new_members_readable_defaul
     handbook = project_create(tenant_id=acme.tenant.pk, name="Handbook", visibility=Project.Visibility.MEMBERS)
     admin = _client(acme.admin)
     other = make_tenant("pplinvproj")
-    forged = admin.post(PEOPLE, {"action": "invite", "email": "x@example.test", "role": "member",
-                                 "project": str(other.project.pk)})  # fmt: skip
+    forged = admin.post(
+        PEOPLE, {"action": "invite", "email": "x@example.test", "role": "member", "project": str(other.project.pk)}
+    )
     assert "the link was mailed" not in forged.content.decode()  # another organization's project: refused
     sent = len(mail.outbox)
-    page = admin.post(PEOPLE, {"action": "invite", "email": "reader@example.test", "role": "member",
-                               "project": str(handbook.pk)}, follow=True)  # fmt: skip
+    page = admin.post(
+        PEOPLE,
+        {"action": "invite", "email": "reader@example.test", "role": "member", "project": str(handbook.pk)},
+        follow=True,
+    )
     assert "the link was mailed" in page.content.decode() and len(mail.outbox) == sent + 1
     assert "Handbook" in admin.get(PEOPLE).content.decode()  # the pending invitation names it
     assert "in the project Handbook" in mail.outbox[-1].body  # so does the mail

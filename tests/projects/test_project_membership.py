@@ -103,9 +103,12 @@ def pm(django_db_setup, django_db_blocker) -> PM:
             ("shared", SHARED_MARKER, [a.project.pk, secret.pk]),
         ):
             sources[key] = source_create(
-                tenant_id=a.tenant.pk, kind="test_rows", name=f"pm {key}", config={"rows": [_row(key, marker)]},
+                tenant_id=a.tenant.pk,
+                kind="test_rows",
+                name=f"pm {key}",
+                config={"rows": [_row(key, marker)]},
                 project_ids=projects,
-            )  # fmt: skip
+            )
             assert source_ingest(tenant_id=a.tenant.pk, source_id=sources[key].pk).status == "succeeded"
     return PM(
         tenant=a.tenant,

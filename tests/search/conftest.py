@@ -114,9 +114,12 @@ def kb(django_db_setup, django_db_blocker) -> KB:
             }
         ]
         source = source_create(
-            tenant_id=acme.tenant.pk, kind="test_rows", name="Acme wiki", config={"rows": rows},
+            tenant_id=acme.tenant.pk,
+            kind="test_rows",
+            name="Acme wiki",
+            config={"rows": rows},
             project_ids=[acme.project.pk],
-        )  # fmt: skip
+        )
         run = source_ingest(tenant_id=acme.tenant.pk, source_id=source.pk)
         assert run.status == "succeeded", run.error
         g_source = source_create(

@@ -45,20 +45,45 @@ PERSON_BLOCK_ID = -104850611772860
 
 def _doc(tenant_id: int, source: DataSource, external_id: str, title: str, principals=()) -> Document:
     return Document.objects.create(
-        tenant_id=tenant_id, source=source, kind="doc_section", external_id=external_id, title=title,
-        url=f"https://wiki.example/{external_id}", content=title, text=title, content_hash=external_id,
+        tenant_id=tenant_id,
+        source=source,
+        kind="doc_section",
+        external_id=external_id,
+        title=title,
+        url=f"https://wiki.example/{external_id}",
+        content=title,
+        text=title,
+        content_hash=external_id,
         principals=list(principals),
-    )  # fmt: skip
+    )
 
 
-def _record(tenant_id, project_id, user, question, *, latency, first_token=None, answered=True, evidence=(),
-            cited=(), days_ago=0, today: date) -> AnswerRecord:  # fmt: skip
+def _record(
+    tenant_id,
+    project_id,
+    user,
+    question,
+    *,
+    latency,
+    first_token=None,
+    answered=True,
+    evidence=(),
+    cited=(),
+    days_ago=0,
+    today: date,
+) -> AnswerRecord:
     with tenant_context(tenant_id):
         record = AnswerRecord.objects.create(
-            tenant_id=tenant_id, user=user, project_id=project_id, question=question, answered=answered,
-            latency_ms=latency, first_token_ms=first_token, evidence_document_ids=list(evidence),
+            tenant_id=tenant_id,
+            user=user,
+            project_id=project_id,
+            question=question,
+            answered=answered,
+            latency_ms=latency,
+            first_token_ms=first_token,
+            evidence_document_ids=list(evidence),
             cited_document_ids=list(cited),
-        )  # fmt: skip
+        )
         asked = datetime.combine(today - timedelta(days=days_ago), time(1), tzinfo=UTC)
         AnswerRecord.objects.filter(pk=record.pk).update(created_at=asked)
     return record
@@ -67,9 +92,13 @@ def _record(tenant_id, project_id, user, question, *, latency, first_token=None,
 def _vote(record: AnswerRecord, user, vote: int) -> None:
     with tenant_context(record.tenant_id):
         AnswerFeedback.objects.create(
-            tenant_id=record.tenant_id, answer_record=record, user=user, project_id=record.project_id,
-            question=record.question, vote=vote,
-        )  # fmt: skip
+            tenant_id=record.tenant_id,
+            answer_record=record,
+            user=user,
+            project_id=record.project_id,
+            question=record.question,
+            vote=vote,
+        )
 
 
 @pytest.fixture
@@ -88,18 +117,56 @@ def data(make_tenant) -> Data:
         d2 = _doc(t, wiki, "x", "Glossary > X")
         d3 = _doc(t, vault, "salaries", "Salary bands", principals=["user:999999"])
     p, admin = acme.project.pk, acme.admin
-    r1 = _record(t, p, admin, "How do I deploy?", latency=100, first_token=50, evidence=[d1.pk, d2.pk],
-                 cited=[d1.pk, PERSON_BLOCK_ID], today=today)  # fmt: skip
-    r2 = _record(t, p, member, "how do I   DEPLOY", latency=200, first_token=150, evidence=[d1.pk, d3.pk],
-                 cited=[d1.pk, d3.pk], today=today)  # fmt: skip
+    r1 = _record(
+        t,
+        p,
+        admin,
+        "How do I deploy?",
+        latency=100,
+        first_token=50,
+        evidence=[d1.pk, d2.pk],
+        cited=[d1.pk, PERSON_BLOCK_ID],
+        today=today,
+    )
+    r2 = _record(
+        t,
+        p,
+        member,
+        "how do I   DEPLOY",
+        latency=200,
+        first_token=150,
+        evidence=[d1.pk, d3.pk],
+        cited=[d1.pk, d3.pk],
+        today=today,
+    )
     r3 = _record(t, p, member, SCRIPT_Q, latency=300, answered=False, days_ago=1, today=today)
-    _record(t, p, admin, SCRIPT_Q.lower().rstrip("?"), latency=400, first_token=250, answered=False, days_ago=2,
-            today=today)  # fmt: skip
-    _record(t, p, admin, "What is X.", latency=1000, first_token=350, evidence=[d2.pk], cited=[d2.pk], days_ago=8,
-            today=today)  # fmt: skip
+    _record(
+        t, p, admin, SCRIPT_Q.lower().rstrip("?"), latency=400, first_token=250, answered=False, days_ago=2, today=today
+    )
+    _record(
+        t,
+        p,
+        admin,
+        "What is X.",
+        latency=1000,
+        first_token=350,
+        evidence=[d2.pk],
+        cited=[d2.pk],
+        days_ago=8,
+        today=today,
+    )
     _record(t, p, admin, "ancient question", latency=99999, evidence=[d1.pk], days_ago=40, today=today)
-    other = _record(t, second.pk, admin, "second project question", latency=5000, first_token=10,
-                    evidence=[d1.pk], cited=[d1.pk], today=today)  # fmt: skip
+    other = _record(
+        t,
+        second.pk,
+        admin,
+        "second project question",
+        latency=5000,
+        first_token=10,
+        evidence=[d1.pk],
+        cited=[d1.pk],
+        today=today,
+    )
     _vote(r1, admin, 1)
     _vote(r2, member, 1)
     _vote(r3, member, -1)
@@ -124,8 +191,13 @@ def test_normalised_questions_collapse_case_space_and_end_punctuation():
 
 @pytest.mark.django_db
 def test_figures_for_one_project_are_exact(data):
-    a = analytics_get(tenant_id=data.acme.tenant.pk, project_id=data.acme.project.pk,
-                      project_slug=data.acme.project.slug, days=30, today=data.today)  # fmt: skip
+    a = analytics_get(
+        tenant_id=data.acme.tenant.pk,
+        project_id=data.acme.project.pk,
+        project_slug=data.acme.project.slug,
+        days=30,
+        today=data.today,
+    )
     assert (a.questions, a.unanswered, a.unanswered_rate) == (5, 2, 0.4)
     # percentile_cont: p50 of 100,200,300,400,1000 is 300; p95 is 400 + 0.8 * (1000 - 400).
     assert (a.latency_p50_ms, a.latency_p95_ms) == (300.0, 880.0)
@@ -240,8 +312,11 @@ def test_the_api_returns_the_pages_numbers_to_admins_only(client, data):
         assert response.json() == json.loads(json.dumps(page))
     body = _get(admin_token, project=acme.project.slug).json()
     assert (body["questions"], body["unanswered_rate"], body["latency_p50_ms"], body["latency_p95_ms"]) == (
-        5, 0.4, 300.0, 880.0,
-    )  # fmt: skip
+        5,
+        0.4,
+        300.0,
+        880.0,
+    )
     assert body["project"] == acme.project.slug and len(body["per_day"]) == 30
 
     member_token = api_token_create(tenant=acme.tenant, user=data.member, name="ana-member")[1]

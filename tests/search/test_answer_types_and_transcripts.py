@@ -140,8 +140,16 @@ def test_a_price_a_day_and_a_quantity_are_asked_for_as_such(question, label):
 
 def test_money_is_found_as_sources_write_it_and_a_bare_count_is_none():
     money = TYPES["amount of money"]
-    for text in ("Each one cost $1,200.", "40 dollars each", "USD 300 per seat", "1.2k EUR", "Tickets are free.",
-                 "80 US dollars in North America", "500 usd", "20$ a month"):  # fmt: skip
+    for text in (
+        "Each one cost $1,200.",
+        "40 dollars each",
+        "USD 300 per seat",
+        "1.2k EUR",
+        "Tickets are free.",
+        "80 US dollars in North America",
+        "500 usd",
+        "20$ a month",
+    ):
         assert money.held_by(text), text
     for text in ("Order up to 4 beanbags.", "Feel free to ask.", "It costs 20% more CPU."):
         assert not money.held_by(text), money.values(text)
@@ -149,8 +157,15 @@ def test_money_is_found_as_sources_write_it_and_a_bare_count_is_none():
 
 def test_a_day_is_found_and_a_version_or_a_year_alone_is_none():
     day = TYPES["calendar date"]
-    for text in ("Rolled out on 2026-03-18.", "Shipped March 3.", "Done by the 3rd of March.", "Deploys on Friday.",
-                 "Frozen on Fridays.", "At 2024-03-02T10:00:00Z it shipped.", "Seit 02.03.2024."):  # fmt: skip
+    for text in (
+        "Rolled out on 2026-03-18.",
+        "Shipped March 3.",
+        "Done by the 3rd of March.",
+        "Deploys on Friday.",
+        "Frozen on Fridays.",
+        "At 2024-03-02T10:00:00Z it shipped.",
+        "Seit 02.03.2024.",
+    ):
         assert day.held_by(text), text
     for text in ("Engineering shipped the v2.2.2 hotfix.", "It changed in 2025.", "At 10:23 UTC it recovered."):
         assert not day.held_by(text), day.values(text)
@@ -215,8 +230,14 @@ def test_a_count_written_in_words_over_twelve_answers_a_how_long_question(kb):
     from search.pipeline.gate import judge
 
     question = "How long does the on-call engineer wait before escalating to the platform team?"
-    page = _block(1, "Runbook > On-call rotation", "The on-call engineer waits thirty minutes before escalating "
-                  "to the platform team.", lexical_rank=1, dense_rank=1, similarity=0.8)  # fmt: skip
+    page = _block(
+        1,
+        "Runbook > On-call rotation",
+        "The on-call engineer waits thirty minutes before escalating to the platform team.",
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.8,
+    )
     assert judge(question, [page], scope_for_user(kb.acme.admin)).missing_type == ""
 
 
@@ -225,22 +246,37 @@ def test_a_count_written_in_words_over_twelve_answers_a_how_long_question(kb):
     ("question", "title", "text"),
     [
         # a modal "may" is no date
-        ("When was the badge warranty introduced?", "Facilities > Badge warranty",
-         "Employees may claim the badge warranty at the front desk."),
+        (
+            "When was the badge warranty introduced?",
+            "Facilities > Badge warranty",
+            "Employees may claim the badge warranty at the front desk.",
+        ),
         # a step number is no version
-        ("Which proxy version fixed the badge reader stall?", "Badge reader stall",
-         "Step 3 of the runbook restarts the proxy after a badge reader stall."),
+        (
+            "Which proxy version fixed the badge reader stall?",
+            "Badge reader stall",
+            "Step 3 of the runbook restarts the proxy after a badge reader stall.",
+        ),
         # a count is no price
-        ("How much did each badge reader cost?", "Facilities > Badge readers",
-         "Facilities ordered 4 badge readers for the second floor."),
+        (
+            "How much did each badge reader cost?",
+            "Facilities > Badge readers",
+            "Facilities ordered 4 badge readers for the second floor.",
+        ),
         # a release is no day
-        ("On what date was the badge reader proxy hotfix rolled out?", "Badge reader proxy",
-         "Engineering shipped the badge reader proxy hotfix as v2.2.2."),
+        (
+            "On what date was the badge reader proxy hotfix rolled out?",
+            "Badge reader proxy",
+            "Engineering shipped the badge reader proxy hotfix as v2.2.2.",
+        ),
         # an item's number in a list is no count
-        ("How many badge readers did facilities replace?", "Facilities > Badge readers",
-         "Steps taken:\n3) Facilities replaced the badge readers on the second floor."),
+        (
+            "How many badge readers did facilities replace?",
+            "Facilities > Badge readers",
+            "Steps taken:\n3) Facilities replaced the badge readers on the second floor.",
+        ),
     ],
-)  # fmt: skip
+)
 def test_text_that_only_looks_like_the_asked_value_does_not_answer(kb, question, title, text):
     from search.pipeline.gate import judge
 
@@ -256,8 +292,19 @@ def _thread(text, n=1, **kw):
 
 
 def test_odd_transcripts_are_cut_quickly_without_error():
-    for text in ["", "\n\n", "Ana:", "Ana:\nBo:\n", "…", " … … ", "José María Ñúñez: ¿dónde está el export? ünïcödé",
-                 "2024-03-02 09:15 " * 500, "x" * 100_000, "Ana: " + "word " * 20_000, "```\n" * 1000]:  # fmt: skip
+    for text in [
+        "",
+        "\n\n",
+        "Ana:",
+        "Ana:\nBo:\n",
+        "…",
+        " … … ",
+        "José María Ñúñez: ¿dónde está el export? ünïcödé",
+        "2024-03-02 09:15 " * 500,
+        "x" * 100_000,
+        "Ana: " + "word " * 20_000,
+        "```\n" * 1000,
+    ]:
         start = time.perf_counter()
         block_passages(_thread(text))
         assert time.perf_counter() - start < SUPERLINEAR_SECONDS
@@ -273,8 +320,10 @@ def test_a_long_chat_message_without_full_stops_keeps_its_end():
 
 def test_an_ellipsis_typed_in_a_message_does_not_leave_its_answer_unquotable():
     """Slack users (and macOS autocorrect) type "…": only the excerpt's own gap cuts a transcript."""
-    text = ("2024-03-02 09:15 Ana: the nightly export of the orders table is stuck again\n"
-            "2024-03-02 09:20 Bo: hmm… restart the export worker with `kb export --resume` to unstick it")  # fmt: skip
+    text = (
+        "2024-03-02 09:15 Ana: the nightly export of the orders table is stuck again\n"
+        "2024-03-02 09:20 Bo: hmm… restart the export worker with `kb export --resume` to unstick it"
+    )
     passages = block_passages(_thread(text))
     assert any("kb export --resume" in p.text and p.whole for p in passages), [(p.text, p.whole) for p in passages]
 
@@ -289,8 +338,9 @@ def test_a_cut_piece_with_a_colon_early_is_not_a_whole_message():
 
 def test_code_in_a_chat_message_is_quoted_as_written():
     """A chat message's fenced code is kept verbatim, as a doc section's is."""
-    text = ("2024-03-02 09:20 Bo: compute the delay like this\n  ```\n  delay = 2 ** attempt\n"
-            "  name = sys.argv[1]\n  ```")  # fmt: skip
+    text = (
+        "2024-03-02 09:20 Bo: compute the delay like this\n  ```\n  delay = 2 ** attempt\n  name = sys.argv[1]\n  ```"
+    )
     joined = "\n".join(p.text for p in block_passages(_thread(text)))
     assert "2 ** attempt" in joined and "sys.argv[1]" in joined, joined
 
@@ -301,9 +351,14 @@ def test_the_reply_quoted_after_a_message_is_the_next_message_not_a_piece_across
     from search.pipeline.extractive import extractive_answer
 
     question = "How do I unstick the nightly export of the orders table?"
-    thread = _thread("2024-03-02 09:20 Bo: to unstick the nightly export of the orders table, restart the export "
-                     "worker with `kb export --resume`\n … \n2024-04-20 12:00 Cy: pizza for the nightly team "
-                     "lunch is ordered, vote in the sheet", lexical_rank=1, dense_rank=1, similarity=0.8)  # fmt: skip
+    thread = _thread(
+        "2024-03-02 09:20 Bo: to unstick the nightly export of the orders table, restart the export "
+        "worker with `kb export --resume`\n … \n2024-04-20 12:00 Cy: pizza for the nightly team "
+        "lunch is ordered, vote in the sheet",
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.8,
+    )
     answer = extractive_answer(question, [thread], verdict=scored_verdict(question, [thread]))
     assert "kb export --resume" in answer.text
     assert "pizza" not in answer.text, answer.text

@@ -76,8 +76,10 @@ def test_empty_question_is_refused(kb):
 def test_citation_validator_drops_numbers_outside_the_evidence():
     from search.pipeline.evidence import Evidence
 
-    ev = [Evidence(n=i, document_id=i, kind="doc_section", title="t", url="", text="x", score=0, tool="search")
-          for i in (1, 2)]  # fmt: skip
+    ev = [
+        Evidence(n=i, document_id=i, kind="doc_section", title="t", url="", text="x", score=0, tool="search")
+        for i in (1, 2)
+    ]
     text, cited, removed = validate_citations("Deploy with make [2]. Tokens rotate [7]. Both [1, 9].", ev)
     assert text == "Deploy with make [2]. Tokens rotate. Both [1]."
     assert cited == [2, 1]
@@ -199,11 +201,17 @@ def test_extractive_answer_quotes_statements_not_headings_or_anchor_markup():
     from search.pipeline.extractive import extractive_answer
 
     page = Evidence(
-        n=1, document_id=1, kind="doc_section", title="Cookie Parameters", url="", score=1.0, tool="search",
+        n=1,
+        document_id=1,
+        kind="doc_section",
+        title="Cookie Parameters",
+        url="",
+        score=1.0,
+        tool="search",
         text="## Declare Cookie parameters { #declare-cookie-parameters }\n\n"
         "Then declare the cookie parameters using the same structure as with Path { #x }.",
         lexical_rank=1,
-    )  # fmt: skip
+    )
     question = "How do I declare cookie parameters?"
     answer = extractive_answer(question, [page], verdict=scored_verdict(question, [page]))
     assert answer.text == "Then declare the cookie parameters using the same structure as with Path [1]."
@@ -216,10 +224,16 @@ def test_extractive_answer_drops_inline_html_tags_but_keeps_their_text():
     from search.pipeline.extractive import extractive_answer
 
     page = Evidence(
-        n=1, document_id=1, kind="doc_section", title="CORS", url="", score=1.0, tool="search",
+        n=1,
+        document_id=1,
+        kind="doc_section",
+        title="CORS",
+        url="",
+        score=1.0,
+        tool="search",
         text='You can configure <abbr title="Cross-Origin Resource Sharing">CORS</abbr> in your FastAPI application.',
         lexical_rank=1,
-    )  # fmt: skip
+    )
     question = "How do I configure CORS?"
     answer = extractive_answer(question, [page], verdict=scored_verdict(question, [page]))
     assert "You can configure CORS in your FastAPI application [1]." in answer.text
@@ -234,18 +248,32 @@ def test_extractive_answer_names_people_by_their_credit_line_and_code_by_its_sig
     from search.pipeline.extractive import extractive_answer
 
     person = Evidence(
-        n=1, document_id=-1, kind="person", title="Ana Ruiz", url="", score=3.2, tool="who_knows",
+        n=1,
+        document_id=-1,
+        kind="person",
+        title="Ana Ruiz",
+        url="",
+        score=3.2,
+        tool="who_knows",
         text="Ana Ruiz is credited 3.21 points for this question by 4 documents.\n\nAuthor: commit “Slack export”.",
         lexical_rank=1,
-    )  # fmt: skip
+    )
     code = Evidence(
-        n=2, document_id=2, kind="code_chunk", title="billing/retry.py: compute_backoff", url="", score=1.0,
-        tool="search", text="def compute_backoff(attempt: int) -> float:\n    \"\"\"Backoff for webhooks.\"\"\"\n"
+        n=2,
+        document_id=2,
+        kind="code_chunk",
+        title="billing/retry.py: compute_backoff",
+        url="",
+        score=1.0,
+        tool="search",
+        text='def compute_backoff(attempt: int) -> float:\n    """Backoff for webhooks."""\n'
         "    return min(300.0, 2 ** attempt)\n",
-        path="billing/retry.py", start_line=10, end_line=13,
+        path="billing/retry.py",
+        start_line=10,
+        end_line=13,
         metadata={"symbol": "compute_backoff", "language": "python"},
         lexical_rank=2,
-    )  # fmt: skip
+    )
     question = "who knows the slack export connector"
     text = extractive_answer(question, [person], verdict=scored_verdict(question, [person])).text
     assert text == "- Ana Ruiz: Ana Ruiz is credited 3.21 points for this question by 4 documents [1]"
@@ -261,12 +289,18 @@ def test_extractive_answer_shows_the_code_a_sentence_introduces_and_skips_fragme
     from search.pipeline.extractive import extractive_answer
 
     page = Evidence(
-        n=1, document_id=1, kind="doc_section", title="Static Files > Use StaticFiles", url="", score=1.0,
-        tool="search", lexical_rank=1,
+        n=1,
+        document_id=1,
+        kind="doc_section",
+        title="Static Files > Use StaticFiles",
+        url="",
+        score=1.0,
+        tool="search",
+        lexical_rank=1,
         text="Mount a folder of static files with StaticFiles like this:\n\n```python\nfrom fastapi.staticfiles "
-        "import StaticFiles\napp.mount(\"/static\", StaticFiles(directory=\"static\"), name=\"static\")\n```\n\n"
+        'import StaticFiles\napp.mount("/static", StaticFiles(directory="static"), name="static")\n```\n\n'
         "| name | static |\n| directory | static |\n\nSee also:",
-    )  # fmt: skip
+    )
     question = "How do I serve static files from a folder?"
     text = extractive_answer(question, [page], verdict=scored_verdict(question, [page])).text
     assert text.startswith("Mount a folder of static files with StaticFiles like this [1]:\n\n```\nfrom fastapi")
@@ -283,10 +317,16 @@ def test_a_sentence_introducing_code_the_evidence_lacks_gives_way_to_the_next_be
     from search.pipeline.extractive import extractive_answer
 
     page = Evidence(
-        n=1, document_id=1, kind="doc_section", title="Static Files", url="", score=1.0, tool="search",
+        n=1,
+        document_id=1,
+        kind="doc_section",
+        title="Static Files",
+        url="",
+        score=1.0,
+        tool="search",
         lexical_rank=1,
         text="Serve static files from a folder like this:\n\nThe mounted files keep the names they have on disk.",
-    )  # fmt: skip
+    )
     question = "How do I serve static files from a folder?"
     draft = extractive_answer(question, [page], verdict=scored_verdict(question, [page]))
     assert draft.answers and draft.cited == [1], draft.text
@@ -308,9 +348,17 @@ def test_when_only_cut_sentences_answer_they_are_quoted_marked_as_cut():
     from search.pipeline.evidence import Evidence
     from search.pipeline.extractive import extractive_answer
 
-    block = Evidence(n=1, document_id=1, kind="doc_section", title="Tenancy", url="", score=1.0, tool="search",
-                     text="a query with no tenant set sees nothing, and an insert for another tenant is refused",
-                     lexical_rank=1)  # fmt: skip
+    block = Evidence(
+        n=1,
+        document_id=1,
+        kind="doc_section",
+        title="Tenancy",
+        url="",
+        score=1.0,
+        tool="search",
+        text="a query with no tenant set sees nothing, and an insert for another tenant is refused",
+        lexical_rank=1,
+    )
     question = "What does a query with no tenant set see?"
     draft = extractive_answer(question, [block], verdict=scored_verdict(question, [block]))
     assert draft.answers

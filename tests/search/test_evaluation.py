@@ -12,9 +12,21 @@ from search.retrieval import Hit
 
 def _hit(path="", start=None, end=None, kind="doc_section", external_id="x", metadata=None):
     return Hit(
-        document_id=1, source_id=1, kind=kind, title="t", url="", path=path, start_line=start, end_line=end,
-        content="", text="", metadata=metadata or {}, updated_at=None, parent_id=None, external_id=external_id,
-    )  # fmt: skip
+        document_id=1,
+        source_id=1,
+        kind=kind,
+        title="t",
+        url="",
+        path=path,
+        start_line=start,
+        end_line=end,
+        content="",
+        text="",
+        metadata=metadata or {},
+        updated_at=None,
+        parent_id=None,
+        external_id=external_id,
+    )
 
 
 def test_load_questions_reads_both_formats_and_names_bad_lines(tmp_path):
@@ -118,9 +130,18 @@ def test_a_quoted_evidence_line_is_not_the_answer_declining():
     from search.pipeline.gate import Verdict
 
     evidence = [
-        Evidence(n=3, document_id=3, kind="doc_section", title="Auth failures", url="", score=1.0, tool="search",
-                 text="Observe 403 with message 'tenant not found'.", lexical_rank=1)
-    ]  # fmt: skip
+        Evidence(
+            n=3,
+            document_id=3,
+            kind="doc_section",
+            title="Auth failures",
+            url="",
+            score=1.0,
+            tool="search",
+            text="Observe 403 with message 'tenant not found'.",
+            lexical_rank=1,
+        )
+    ]
     quoted = "Observe 403 with message 'tenant not found' [3]."
     verdict = Verdict(status="answered")
     extractive = check_answer("Why do logins fail?", evidence, verdict, Draft(quoted, [3], "extractive", answers=True))

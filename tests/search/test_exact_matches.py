@@ -18,9 +18,17 @@ from search.services import ask
 from sources.selectors import scope_for_operator
 
 TOPICS = [
-    "deploying services", "rotating credentials", "on-call handover", "incident reviews", "release trains",
-    "feature flags", "database migrations", "cache invalidation", "log retention", "cost reports",
-]  # fmt: skip
+    "deploying services",
+    "rotating credentials",
+    "on-call handover",
+    "incident reviews",
+    "release trains",
+    "feature flags",
+    "database migrations",
+    "cache invalidation",
+    "log retention",
+    "cost reports",
+]
 
 
 def _ts(dt: datetime) -> str:
@@ -41,19 +49,44 @@ def _zebra_tenant(tmp_path):
     onboarded = tenant_onboard(name="Zebra", slug="zebra-exact", admin_username="zebra-admin", admin_password="z" * 12)
     export = tmp_path / "export"
     (export / "ops").mkdir(parents=True)
-    (export / "users.json").write_text(json.dumps([
-        {"id": "U1", "name": "ana", "real_name": "Ana Lima"}, {"id": "U2", "name": "bob", "real_name": "Bob Stone"},
-    ]))  # fmt: skip
+    (export / "users.json").write_text(
+        json.dumps(
+            [
+                {"id": "U1", "name": "ana", "real_name": "Ana Lima"},
+                {"id": "U2", "name": "bob", "real_name": "Bob Stone"},
+            ]
+        )
+    )
     (export / "channels.json").write_text(json.dumps([{"id": "C1", "name": "ops", "members": ["U1", "U2"]}]))
     parent = _ts(datetime(2024, 5, 6, 16, 0, tzinfo=UTC))
-    (export / "ops" / "2024-05-06.json").write_text(json.dumps([
-        {"type": "message", "user": "U1", "text": "The nightly export job keeps timing out, anyone seen this?",
-         "ts": parent, "thread_ts": parent, "reply_count": 1},
-    ]))  # fmt: skip
-    (export / "ops" / "2024-05-07.json").write_text(json.dumps([
-        {"type": "message", "user": "U2", "text": "Tracked as ZEBRA-4471: the export needs a bigger worker pool.",
-         "ts": _ts(datetime(2024, 5, 7, 9, 0, tzinfo=UTC)), "thread_ts": parent, "parent_user_id": "U1"},
-    ]))  # fmt: skip
+    (export / "ops" / "2024-05-06.json").write_text(
+        json.dumps(
+            [
+                {
+                    "type": "message",
+                    "user": "U1",
+                    "text": "The nightly export job keeps timing out, anyone seen this?",
+                    "ts": parent,
+                    "thread_ts": parent,
+                    "reply_count": 1,
+                },
+            ]
+        )
+    )
+    (export / "ops" / "2024-05-07.json").write_text(
+        json.dumps(
+            [
+                {
+                    "type": "message",
+                    "user": "U2",
+                    "text": "Tracked as ZEBRA-4471: the export needs a bigger worker pool.",
+                    "ts": _ts(datetime(2024, 5, 7, 9, 0, tzinfo=UTC)),
+                    "thread_ts": parent,
+                    "parent_user_id": "U1",
+                },
+            ]
+        )
+    )
     docs = tmp_path / "docs"
     docs.mkdir()
     for i in range(30):
@@ -66,8 +99,9 @@ def _zebra_tenant(tmp_path):
         ("slack_export", "Slack", {"path": str(export)}),
         ("docs", "Docs", {"path": str(docs)}),
     ):
-        source = source_create(tenant_id=onboarded.tenant.pk, kind=kind, name=name, config=config,
-                               project_ids=[onboarded.project.pk])  # fmt: skip
+        source = source_create(
+            tenant_id=onboarded.tenant.pk, kind=kind, name=name, config=config, project_ids=[onboarded.project.pk]
+        )
         run = source_ingest(tenant_id=onboarded.tenant.pk, source_id=source.pk)
         assert run.status == "succeeded", run.error
     return scope_for_operator(tenant_slug="zebra-exact")
@@ -95,11 +129,23 @@ def test_the_answer_cites_the_thread_and_a_code_no_row_holds_is_not_answered(zeb
 
 def _hit(doc_id, kind, path, ranks, **kw):
     return Hit(
-        document_id=doc_id, source_id=1, kind=kind, title=str(doc_id), url="", path=path, start_line=None,
-        end_line=None, content=kw.pop("content", ""), text="", metadata={}, updated_at=None,
-        parent_id=kw.pop("parent_id", None), external_id=str(doc_id),
-        score=sum(1 / (60 + r) for r in ranks.values()), ranks=ranks,
-    )  # fmt: skip
+        document_id=doc_id,
+        source_id=1,
+        kind=kind,
+        title=str(doc_id),
+        url="",
+        path=path,
+        start_line=None,
+        end_line=None,
+        content=kw.pop("content", ""),
+        text="",
+        metadata={},
+        updated_at=None,
+        parent_id=kw.pop("parent_id", None),
+        external_id=str(doc_id),
+        score=sum(1 / (60 + r) for r in ranks.values()),
+        ranks=ranks,
+    )
 
 
 def test_a_page_and_its_section_count_once_in_one_list():
@@ -127,7 +173,9 @@ def test_a_thread_and_its_bursts_count_once_per_list():
 
 
 def test_promotion_keeps_order_within_each_part():
-    hits = [_hit(i, "doc_section", f"{i}.md", {"dense": i}, content=text) for i, text in
-            enumerate(["near miss", "has zebra-4471 inside", "another near miss", "ZEBRA 4471 again"], 1)]  # fmt: skip
+    hits = [
+        _hit(i, "doc_section", f"{i}.md", {"dense": i}, content=text)
+        for i, text in enumerate(["near miss", "has zebra-4471 inside", "another near miss", "ZEBRA 4471 again"], 1)
+    ]
     assert [h.document_id for h in promote_exact(hits, ["ZEBRA-4471"])] == [2, 4, 1, 3]
     assert promote_exact(hits, []) == hits

@@ -38,8 +38,20 @@ from tests.llm_server import FakeOpenAIServer
 
 
 def _block(n, title, text, *, kind="doc_section", lexical_rank=None, similarity=None, dense_rank=None, **kw):
-    return Evidence(n=n, document_id=n, kind=kind, title=title, url="", text=text, score=1.0, tool="search",
-                    lexical_rank=lexical_rank, similarity=similarity, dense_rank=dense_rank, **kw)  # fmt: skip
+    return Evidence(
+        n=n,
+        document_id=n,
+        kind=kind,
+        title=title,
+        url="",
+        text=text,
+        score=1.0,
+        tool="search",
+        lexical_rank=lexical_rank,
+        similarity=similarity,
+        dense_rank=dense_rank,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize(
@@ -201,8 +213,10 @@ def test_named_terms_are_what_the_evidence_must_hold_as_written(question, names)
 
 
 def test_missing_specific_terms_read_only_relevant_blocks():
-    evidence = [_block(1, "Runbook", "ZEBRA-4471 is the deploy ticket", lexical_rank=1),
-                _block(2, "Noise", "PANGOLIN-6402 lives here")]  # fmt: skip  # not relevant: not ranked, no similarity
+    evidence = [
+        _block(1, "Runbook", "ZEBRA-4471 is the deploy ticket", lexical_rank=1),
+        _block(2, "Noise", "PANGOLIN-6402 lives here"),
+    ]  # the second not relevant: not ranked, no similarity
     assert missing_specific_terms("What are ZEBRA-4471 and PANGOLIN-6402?", evidence) == ("PANGOLIN-6402",)
 
 
@@ -295,9 +309,11 @@ def test_a_dotted_version_after_the_word_version_is_one_value():
 def test_a_transcripts_passages_are_its_messages_each_a_statement_as_written():
     """Chat seldom ends a message with a full stop: a message from its time stamp on is whole,
     a piece the excerpt cut inside a message is not, and continuation lines stay with their message."""
-    text = ("2024-03-02 09:15 Ana: the nightly export is stuck on the orders table\n"
-            "2024-03-02 09:20 Bo: restart the export worker with `kb export --resume`\n"
-            "  then check the queue depth … it picked up the backlog after the restart")  # fmt: skip
+    text = (
+        "2024-03-02 09:15 Ana: the nightly export is stuck on the orders table\n"
+        "2024-03-02 09:20 Bo: restart the export worker with `kb export --resume`\n"
+        "  then check the queue depth … it picked up the backlog after the restart"
+    )
     passages = block_passages(_block(1, "#data-eng: export stuck", text, kind="thread"))
     assert [p.text[:21] for p in passages[:2]] == ["2024-03-02 09:15 Ana:", "2024-03-02 09:20 Bo: "]
     assert "then check the queue depth" in passages[1].text
@@ -313,12 +329,25 @@ def test_the_extractive_answer_quotes_the_thread_that_answers_not_a_whole_senten
     sentence of a page the question barely touches is not preferred to it."""
     scope = scope_for_user(kb.acme.admin)
     question = "How do I unstick the nightly export of the orders table?"
-    thread = _block(1, "#data-eng: nightly export stuck",
-                    "2024-03-02 09:15 Ana: the nightly export of the orders table is stuck again\n"
-                    "2024-03-02 09:20 Bo: to unstick the nightly export, restart the export worker with "
-                    "`kb export --resume`", kind="thread", lexical_rank=1, dense_rank=1, similarity=0.8)  # fmt: skip
-    page = _block(2, "Office guide > Kitchen", "The kitchen is cleaned every night by the facilities team.",
-                  lexical_rank=2, dense_rank=2, similarity=0.3)  # fmt: skip
+    thread = _block(
+        1,
+        "#data-eng: nightly export stuck",
+        "2024-03-02 09:15 Ana: the nightly export of the orders table is stuck again\n"
+        "2024-03-02 09:20 Bo: to unstick the nightly export, restart the export worker with "
+        "`kb export --resume`",
+        kind="thread",
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.8,
+    )
+    page = _block(
+        2,
+        "Office guide > Kitchen",
+        "The kitchen is cleaned every night by the facilities team.",
+        lexical_rank=2,
+        dense_rank=2,
+        similarity=0.3,
+    )
     verdict = judge(question, [thread, page], scope)
     answer = extractive_answer(question, [thread, page], verdict=verdict)
     assert answer.answers and "kb export --resume" in answer.text
@@ -331,14 +360,24 @@ def test_a_count_question_over_a_chat_thread_needs_a_count_not_its_time_stamps(k
     by them: the verdict declines until a message states a number."""
     scope = scope_for_user(kb.acme.admin)
     question = "How many orders did the stuck nightly export skip?"
-    text = ("2024-03-02 09:15 Ana: the nightly export skipped orders again\n"
-            "2024-03-02 09:20 Bo: the stuck nightly export skipped the orders table, restarting it")  # fmt: skip
-    thread = _block(1, "#data-eng: nightly export skipped orders", text, kind="thread",
-                    lexical_rank=1, dense_rank=1, similarity=0.8)  # fmt: skip
+    text = (
+        "2024-03-02 09:15 Ana: the nightly export skipped orders again\n"
+        "2024-03-02 09:20 Bo: the stuck nightly export skipped the orders table, restarting it"
+    )
+    thread = _block(
+        1, "#data-eng: nightly export skipped orders", text, kind="thread", lexical_rank=1, dense_rank=1, similarity=0.8
+    )
     verdict = judge(question, [thread], scope)
     assert verdict.missing_type == "number" and verdict.declines
-    counted = _block(1, thread.title, text + "\n2024-03-02 09:30 Ana: it skipped 412 orders", kind="thread",
-                     lexical_rank=1, dense_rank=1, similarity=0.8)  # fmt: skip
+    counted = _block(
+        1,
+        thread.title,
+        text + "\n2024-03-02 09:30 Ana: it skipped 412 orders",
+        kind="thread",
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.8,
+    )
     assert judge(question, [counted], scope).missing_type == ""
 
 
@@ -349,15 +388,32 @@ def test_evidence_with_no_value_of_the_asked_form_cannot_answer(kb):
     from that channel) lifts it."""
     scope = scope_for_user(kb.acme.admin)
     question = "Which Slack channel owns deploying the billing service?"
-    teams = [_block(1, "Runbook > Deploying", "To deploy the billing service run make release; owner: Payments team.",
-                    lexical_rank=1, dense_rank=1, similarity=0.7)]  # fmt: skip
+    teams = [
+        _block(
+            1,
+            "Runbook > Deploying",
+            "To deploy the billing service run make release; owner: Payments team.",
+            lexical_rank=1,
+            dense_rank=1,
+            similarity=0.7,
+        )
+    ]
     verdict = judge(question, teams, scope)
     assert verdict.missing_type == "Slack channel" and verdict.declines
     answer = extractive_answer(question, teams, verdict=verdict)
     assert not answer.answers or answer.text.startswith(missing_type_note("Slack channel"))
 
-    channel = [*teams, _block(2, "Deploys", "Deploy questions about billing go to #billing-ops before release.",
-                              lexical_rank=2, dense_rank=2, similarity=0.6)]  # fmt: skip
+    channel = [
+        *teams,
+        _block(
+            2,
+            "Deploys",
+            "Deploy questions about billing go to #billing-ops before release.",
+            lexical_rank=2,
+            dense_rank=2,
+            similarity=0.6,
+        ),
+    ]
     assert judge(question, channel, scope).missing_type == ""
     thread = _block(3, "Deploy day", "Ana: release is out, billing looks fine.", lexical_rank=3)
     thread.metadata = {"channel": "billing-ops"}
@@ -370,15 +426,33 @@ def test_a_value_of_the_asked_form_must_be_where_the_question_is_answered(kb):
     passages that hold the question's terms (or next to them), not anywhere in the evidence."""
     scope = scope_for_user(kb.acme.admin)
     question = "Which firmware version fixed the badge reader errors?"
-    ticket = _block(1, "Badge reader errors", "Badge reader errors started after a firmware push to the readers. "
-                    "The fix rolled back the reader certificate; facilities rebooted the controllers.",
-                    lexical_rank=1, dense_rank=1, similarity=0.7)  # fmt: skip
-    other = _block(2, "SDK upgrade", "Customers on the Python SDK should move to v1.8.4 for the retry fix.",
-                   lexical_rank=2, dense_rank=2, similarity=0.4)  # fmt: skip
+    ticket = _block(
+        1,
+        "Badge reader errors",
+        "Badge reader errors started after a firmware push to the readers. "
+        "The fix rolled back the reader certificate; facilities rebooted the controllers.",
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.7,
+    )
+    other = _block(
+        2,
+        "SDK upgrade",
+        "Customers on the Python SDK should move to v1.8.4 for the retry fix.",
+        lexical_rank=2,
+        dense_rank=2,
+        similarity=0.4,
+    )
     verdict = judge(question, [ticket, other], scope)
     assert verdict.missing_type == "version" and verdict.declines
-    stated = _block(1, ticket.title, ticket.text + " Firmware 4.2.1 was rolled out to the readers as the fix.",
-                    lexical_rank=1, dense_rank=1, similarity=0.7)  # fmt: skip
+    stated = _block(
+        1,
+        ticket.title,
+        ticket.text + " Firmware 4.2.1 was rolled out to the readers as the fix.",
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.7,
+    )
     assert judge(question, [stated, other], scope).missing_type == ""
 
 
@@ -387,8 +461,10 @@ def test_the_extractive_answer_quotes_a_sentence_two_pages_share_once(kb):
     scope = scope_for_user(kb.acme.admin)
     question = "How do I rotate the signing key of the billing service?"
     said = "To rotate the signing key of the billing service, run make rotate-key and restart the workers."
-    blocks = [_block(1, "Billing runbook > Keys", said, lexical_rank=1, dense_rank=1, similarity=0.8),
-              _block(2, "Billing runbook copy > Keys", said, lexical_rank=2, dense_rank=2, similarity=0.8)]  # fmt: skip
+    blocks = [
+        _block(1, "Billing runbook > Keys", said, lexical_rank=1, dense_rank=1, similarity=0.8),
+        _block(2, "Billing runbook copy > Keys", said, lexical_rank=2, dense_rank=2, similarity=0.8),
+    ]
     answer = extractive_answer(question, blocks, verdict=judge(question, blocks, scope))
     assert answer.answers and answer.text.count("make rotate-key") == 1
 
@@ -413,9 +489,16 @@ def test_a_commit_subject_and_the_release_note_copying_it_say_one_thing():
 def test_the_llm_sufficiency_judgement_can_decline_and_falls_back_to_the_model(kb, settings, reply, decided_by, status):
     scope = scope_for_user(kb.acme.admin)
     question = "How do I deploy the billing service?"
-    evidence = [_block(1, "Runbook > Deploying the billing service",
-                       "To deploy the billing service run make release from the ops repository.",
-                       lexical_rank=1, dense_rank=1, similarity=0.8)]  # fmt: skip
+    evidence = [
+        _block(
+            1,
+            "Runbook > Deploying the billing service",
+            "To deploy the billing service run make release from the ops repository.",
+            lexical_rank=1,
+            dense_rank=1,
+            similarity=0.8,
+        )
+    ]
     with FakeOpenAIServer(lambda body: reply) as server:
         settings.OPENAI_BASE_URL, settings.KB_LLM_MODEL = server.base_url, "m"
         verdict = judge(question, evidence, scope)
@@ -428,8 +511,16 @@ def test_the_llm_sufficiency_judgement_can_decline_and_falls_back_to_the_model(k
 
 @pytest.mark.django_db
 def test_the_llm_is_not_asked_when_the_evidence_model_already_declines(kb, settings):
-    evidence = [_block(1, "Handbook > Vacation policy", "Employees get twenty-five days of paid vacation per year.",
-                       lexical_rank=1, dense_rank=1, similarity=0.2)]  # fmt: skip
+    evidence = [
+        _block(
+            1,
+            "Handbook > Vacation policy",
+            "Employees get twenty-five days of paid vacation per year.",
+            lexical_rank=1,
+            dense_rank=1,
+            similarity=0.2,
+        )
+    ]
     with FakeOpenAIServer(lambda body: '{"answer": "yes"}') as server:
         settings.OPENAI_BASE_URL, settings.KB_LLM_MODEL = server.base_url, "m"
         question = "What is the guest wifi password in the Berlin office?"
@@ -446,8 +537,16 @@ def test_a_slow_sufficiency_judgement_is_abandoned_for_the_model(kb, settings):
         time.sleep(1.5)
         return '{"answer": "no"}'
 
-    evidence = [_block(1, "Runbook > Deploying the billing service", "To deploy the billing service run make release.",
-                       lexical_rank=1, dense_rank=1, similarity=0.8)]  # fmt: skip
+    evidence = [
+        _block(
+            1,
+            "Runbook > Deploying the billing service",
+            "To deploy the billing service run make release.",
+            lexical_rank=1,
+            dense_rank=1,
+            similarity=0.8,
+        )
+    ]
     with FakeOpenAIServer(slow) as server:
         settings.OPENAI_BASE_URL, settings.KB_LLM_MODEL, settings.KB_LLM_JUDGE_TIMEOUT = server.base_url, "m", 0.3
         verdict = judge("How do I deploy the billing service?", evidence, scope_for_user(kb.acme.admin))
@@ -508,10 +607,15 @@ def test_evidence_about_the_topic_that_never_mentions_the_focus_is_a_partial_ans
     states it is an answer."""
     scope = scope_for_user(kb.acme.admin)
     question = "Who approves a deploy of the billing service?"
-    topic = _block(1, "Runbook > Deploying the billing service",
-                   "To deploy the billing service run make release from the ops repository. "
-                   "A deploy of the billing service takes about ten minutes.",
-                   lexical_rank=1, dense_rank=1, similarity=0.75)  # fmt: skip
+    topic = _block(
+        1,
+        "Runbook > Deploying the billing service",
+        "To deploy the billing service run make release from the ops repository. "
+        "A deploy of the billing service takes about ten minutes.",
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.75,
+    )
     verdict = judge(question, [topic], scope)
     assert verdict.missing_focus == "approves" and verdict.status == PARTIAL, verdict
     answer = extractive_answer(question, [topic], verdict=verdict)
@@ -526,12 +630,25 @@ def test_evidence_about_the_topic_that_never_mentions_the_focus_is_a_partial_ans
 @pytest.mark.django_db
 def test_the_focus_is_looked_for_in_block_titles_but_never_held_against_code(kb):
     scope = scope_for_user(kb.acme.admin)
-    titled = _block(1, "Approval of billing deploys", "Billing deploys need the payments lead before release.",
-                    lexical_rank=1, dense_rank=1, similarity=0.7)  # fmt: skip
+    titled = _block(
+        1,
+        "Approval of billing deploys",
+        "Billing deploys need the payments lead before release.",
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.7,
+    )
     scored = score_question_evidence("Who approves billing deploys?", [titled], scope)
     assert missing_focus("Who approves billing deploys?", scored, [titled]) == ""
-    code = _block(1, "billing/retry.py: compute_backoff", "def compute_backoff(attempt):\n    return 2 ** attempt",
-                  kind="code_chunk", lexical_rank=1, dense_rank=1, similarity=0.7)  # fmt: skip
+    code = _block(
+        1,
+        "billing/retry.py: compute_backoff",
+        "def compute_backoff(attempt):\n    return 2 ** attempt",
+        kind="code_chunk",
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.7,
+    )
     question = "What multiplier does the billing backoff use?"
     scored = score_question_evidence(question, [code], scope)
     assert question_focus(question) == "multiplier"
@@ -544,18 +661,35 @@ def test_an_agent_noun_is_looked_for_as_written_not_by_its_verbs_stem(kb):
     incident commander. The word as written (or its plural) answers."""
     scope = scope_for_user(kb.acme.admin)
     question = "Who was the incident commander during the billing outage?"
-    about = _block(1, "Postmortem: billing outage",
-                   "During the billing outage the on-call engineer ran the failover commands from the runbook. "
-                   "The billing outage lasted forty minutes.",
-                   lexical_rank=1, dense_rank=1, similarity=0.75)  # fmt: skip
+    about = _block(
+        1,
+        "Postmortem: billing outage",
+        "During the billing outage the on-call engineer ran the failover commands from the runbook. "
+        "The billing outage lasted forty minutes.",
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.75,
+    )
     verdict = judge(question, [about], scope)
     assert verdict.missing_focus == "commander" and verdict.status == PARTIAL, verdict
-    named = _block(1, about.title, about.text + " Priya Raman was the incident commander for the billing outage.",
-                   lexical_rank=1, dense_rank=1, similarity=0.75)  # fmt: skip
+    named = _block(
+        1,
+        about.title,
+        about.text + " Priya Raman was the incident commander for the billing outage.",
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.75,
+    )
     assert judge(question, [named], scope).missing_focus == ""
     # The verb naming its agent names the person too.
-    approver = _block(1, "Refunds > Refund 4471", "Refund 4471 for the billing outage was approved by Dana Ruiz.",
-                      lexical_rank=1, dense_rank=1, similarity=0.75)  # fmt: skip
+    approver = _block(
+        1,
+        "Refunds > Refund 4471",
+        "Refund 4471 for the billing outage was approved by Dana Ruiz.",
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.75,
+    )
     assert judge("Who was the approver of refund 4471?", [approver], scope).missing_focus == ""
     # A word whose stem keeps its ending is matched by its stem as before.
     assert not agent_noun("owner", frozenset({"owner"})) and agent_noun("commander", frozenset({"command"}))
@@ -567,19 +701,28 @@ def test_a_count_must_stand_beside_what_it_counts(kb):
     answer type "number" is held only by a sentence that holds the focus and a number."""
     scope = scope_for_user(kb.acme.admin)
     question = "How many customers were affected by the billing outage?"
-    text = ("The billing outage hit some customers because invoices were sent again. "
-            "Invoices were delayed for about 52 minutes during the billing outage.")  # fmt: skip
+    text = (
+        "The billing outage hit some customers because invoices were sent again. "
+        "Invoices were delayed for about 52 minutes during the billing outage."
+    )
     apart = _block(1, "Postmortem: billing outage", text, lexical_rank=1, dense_rank=1, similarity=0.75)
     verdict = judge(question, [apart], scope)
     assert verdict.status == PARTIAL and verdict.missing_type == "number", verdict
-    counted = _block(1, apart.title, text + " In all, 312 customers were affected by the billing outage.",
-                     lexical_rank=1, dense_rank=1, similarity=0.75)  # fmt: skip
+    counted = _block(
+        1,
+        apart.title,
+        text + " In all, 312 customers were affected by the billing outage.",
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.75,
+    )
     verdict = judge(question, [counted], scope)
     assert verdict.missing_type == "" and verdict.status == ANSWERED, verdict
     # Under a heading naming what is counted, the number may stand in any sentence.
     impact = "The billing outage lasted an hour. About 40 accounts saw failed payments during the billing outage."
-    section = _block(1, "Postmortem: billing outage > Customer impact", impact,
-                     lexical_rank=1, dense_rank=1, similarity=0.75)  # fmt: skip
+    section = _block(
+        1, "Postmortem: billing outage > Customer impact", impact, lexical_rank=1, dense_rank=1, similarity=0.75
+    )
     assert judge(question, [section], scope).missing_type == ""
 
 
@@ -589,9 +732,15 @@ def test_a_commits_subject_line_answers_which_commit_made_a_change(kb):
     does, so the extractive answer quotes it (a document's heading never stands in for an answer)."""
     scope = scope_for_user(kb.acme.admin)
     question = "Which commit added retries to the billing webhook client?"
-    commit = _block(1, "Add retries with exponential backoff to the billing webhook client (#512)",
-                    "Files changed: billing/webhook.py tests/test_webhook.py", kind="commit",
-                    lexical_rank=1, dense_rank=1, similarity=0.7)  # fmt: skip
+    commit = _block(
+        1,
+        "Add retries with exponential backoff to the billing webhook client (#512)",
+        "Files changed: billing/webhook.py tests/test_webhook.py",
+        kind="commit",
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.7,
+    )
     assert [p.text for p in block_passages(commit, subject_line=True)][0] == commit.title
     assert commit.title not in [p.text for p in block_passages(commit)]
     verdict = judge(question, [commit], scope)
@@ -611,11 +760,23 @@ def test_a_word_in_capitals_in_the_question_does_not_narrow_what_the_answer_quot
     the block that answers is quoted though another block's file list holds "db"."""
     scope = scope_for_user(kb.acme.admin)
     question = "How do I close the DB session of the billing service after the response is sent?"
-    answer_block = _block(1, "Billing service > Sessions",
-                          "The billing service closes its database session in the dependency's exit code, "
-                          "after the response is sent.", lexical_rank=1, dense_rank=1, similarity=0.8)  # fmt: skip
-    listing = _block(2, "Bump the driver", "Files changed: billing/db.py", kind="commit",
-                     lexical_rank=2, dense_rank=2, similarity=0.4)  # fmt: skip
+    answer_block = _block(
+        1,
+        "Billing service > Sessions",
+        "The billing service closes its database session in the dependency's exit code, after the response is sent.",
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.8,
+    )
+    listing = _block(
+        2,
+        "Bump the driver",
+        "Files changed: billing/db.py",
+        kind="commit",
+        lexical_rank=2,
+        dense_rank=2,
+        similarity=0.4,
+    )
     verdict = judge(question, [answer_block, listing], scope)
     answer = extractive_answer(question, [answer_block, listing], verdict=verdict)
     assert answer.answers and "[1]" in answer.text and "[2]" not in answer.text, answer.text
@@ -702,18 +863,32 @@ def test_a_party_must_be_named_beside_the_focus(kb):
     customer beside the focus answers, and so does a chat reply after the message asking."""
     scope = scope_for_user(kb.acme.admin)
     question = "Which customer requested the audit log export?"
-    text = ("The audit log export runs nightly for every customer account. "
-            "The audit log export was requested during the quarterly planning review.")  # fmt: skip
+    text = (
+        "The audit log export runs nightly for every customer account. "
+        "The audit log export was requested during the quarterly planning review."
+    )
     unnamed = _block(1, "Audit log export", text, lexical_rank=1, dense_rank=1, similarity=0.75)
     verdict = judge(question, [unnamed], scope)
     assert verdict.status == PARTIAL and verdict.missing_type == "name", verdict
-    named = _block(1, unnamed.title, text + " The customer Globodyne requested the audit log export in March.",
-                   lexical_rank=1, dense_rank=1, similarity=0.75)  # fmt: skip
+    named = _block(
+        1,
+        unnamed.title,
+        text + " The customer Globodyne requested the audit log export in March.",
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.75,
+    )
     verdict = judge(question, [named], scope)
     assert verdict.missing_type == "" and verdict.status == ANSWERED, verdict
     # A name written elsewhere in the block, away from the focus, is no answer to "which customer".
-    apart = _block(1, unnamed.title, "Priya Raman wrote the audit log export. " + text,
-                   lexical_rank=1, dense_rank=1, similarity=0.75)  # fmt: skip
+    apart = _block(
+        1,
+        unnamed.title,
+        "Priya Raman wrote the audit log export. " + text,
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.75,
+    )
     assert judge(question, [apart], scope).missing_type == "name"
 
 
@@ -744,13 +919,21 @@ def test_a_yes_no_question_whose_object_the_evidence_never_mentions_is_a_partial
     interview, not the answer; one that says the offer was made answers."""
     scope = scope_for_user(kb.acme.admin)
     question = "Did Dana Whitfield get an offer after the platform engineer interview?"
-    notes = ("Platform engineer interview with Dana Whitfield. Strong systems design, clear communication. "
-             "Next steps: reference checks.")  # fmt: skip
+    notes = (
+        "Platform engineer interview with Dana Whitfield. Strong systems design, clear communication. "
+        "Next steps: reference checks."
+    )
     interview = _block(1, "Interview: platform engineer", notes, lexical_rank=1, dense_rank=1, similarity=0.8)
     verdict = judge(question, [interview], scope)
     assert verdict.status == PARTIAL and verdict.missing_focus == "offer", verdict
-    offered = _block(1, interview.title, notes + " Dana Whitfield got an offer after the interview and accepted it.",
-                     lexical_rank=1, dense_rank=1, similarity=0.8)  # fmt: skip
+    offered = _block(
+        1,
+        interview.title,
+        notes + " Dana Whitfield got an offer after the interview and accepted it.",
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.8,
+    )
     assert judge(question, [offered], scope).missing_focus == ""
 
 

@@ -275,8 +275,13 @@ def test_http_refuses_missing_forged_revoked_and_expired_tokens_with_401(tokens,
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
     }
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-    bad = {"missing": None, "malformed": "not-a-token", "forged": tokens.forged, "revoked": tokens.revoked,
-           "expired": tokens.expired}  # fmt: skip
+    bad = {
+        "missing": None,
+        "malformed": "not-a-token",
+        "forged": tokens.forged,
+        "revoked": tokens.revoked,
+        "expired": tokens.expired,
+    }
     for label, token in bad.items():
         auth = {"Authorization": f"Bearer {token}"} if token else {}
         response = httpx2.post(http_server, json=initialize, headers={**headers, **auth}, timeout=60)

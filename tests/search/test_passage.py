@@ -53,9 +53,21 @@ def test_lines_score_by_tf_isf_so_a_word_on_every_line_weighs_little():
 
 def _hit(kind: str, content: str) -> Hit:
     return Hit(
-        document_id=1, source_id=1, kind=kind, title="t", url="", path="p.py", start_line=1, end_line=99,
-        content=content, text=content, metadata={}, updated_at=None, parent_id=None, external_id="x",
-    )  # fmt: skip
+        document_id=1,
+        source_id=1,
+        kind=kind,
+        title="t",
+        url="",
+        path="p.py",
+        start_line=1,
+        end_line=99,
+        content=content,
+        text=content,
+        metadata={},
+        updated_at=None,
+        parent_id=None,
+        external_id="x",
+    )
 
 
 def test_records_are_excerpted_for_the_question_and_code_stays_contiguous(thread):
@@ -88,10 +100,26 @@ def test_an_uncited_sentence_stating_dates_is_attributed_to_the_block_holding_th
     every word it added beyond the question is a date or an id."""
     from search.pipeline.checks import attribute_citations
 
-    ev = Evidence(n=1, document_id=1, kind="thread", title="go-live", url="", score=0, tool="s",
-                  text=query_passage(QUESTION, thread, 1200))  # fmt: skip
-    other = Evidence(n=2, document_id=2, kind="thread", title="capacity", url="", score=0, tool="s",
-                     text="EU-West capacity shortage on 2025-03-03 in eu-west-1.")  # fmt: skip
+    ev = Evidence(
+        n=1,
+        document_id=1,
+        kind="thread",
+        title="go-live",
+        url="",
+        score=0,
+        tool="s",
+        text=query_passage(QUESTION, thread, 1200),
+    )
+    other = Evidence(
+        n=2,
+        document_id=2,
+        kind="thread",
+        title="capacity",
+        url="",
+        score=0,
+        tool="s",
+        text="EU-West capacity shortage on 2025-03-03 in eu-west-1.",
+    )
     draft = "The target go-live dates are 6/1 for EU-West-3 and 6/8 for AP-SOUTHEAST-1."
     text, cited = attribute_citations(QUESTION, draft, [other, ev])
     assert cited == [1] and text.endswith("AP-SOUTHEAST-1 [1].")

@@ -45,10 +45,24 @@ def served(kb, django_db_blocker):
     port = _free_port()
     env = {**subprocess_database_env(), "OPENAI_BASE_URL": "", "KB_LLM_MODEL": ""}
     server = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--no-worker", "--no-beat", "--workers", "1", "--threads", "4",
-         "--bind", f"127.0.0.1:{port}"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "manage.py",
+            "serve",
+            "--no-worker",
+            "--no-beat",
+            "--workers",
+            "1",
+            "--threads",
+            "4",
+            "--bind",
+            f"127.0.0.1:{port}",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_SECONDS
     while True:
@@ -101,9 +115,12 @@ def test_an_answer_streams_as_server_sent_events_chunk_by_chunk(served):
     request = urllib.request.Request(
         f"{base}/api/v1/ask",
         data=json.dumps({"question": "How do I deploy the billing service?"}).encode(),
-        headers={"Authorization": f"Bearer {acme_token}", "Accept": "text/event-stream",
-                 "Content-Type": "application/json"},
-    )  # fmt: skip
+        headers={
+            "Authorization": f"Bearer {acme_token}",
+            "Accept": "text/event-stream",
+            "Content-Type": "application/json",
+        },
+    )
     with urllib.request.urlopen(request, timeout=60) as response:
         assert response.headers["Content-Type"].startswith("text/event-stream")
         assert response.headers.get("Content-Length") is None  # streamed, not buffered whole

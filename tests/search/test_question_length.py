@@ -29,8 +29,9 @@ def test_every_surface_refuses_a_too_long_question_with_the_same_message(kb):
     from projects.services import api_token_create
 
     _, token = api_token_create(tenant=kb.acme.tenant, user=kb.acme.admin, name="length")
-    api = Client().post("/api/v1/ask", {"question": TOO_LONG}, content_type="application/json",
-                        HTTP_AUTHORIZATION=f"Bearer {token}")  # fmt: skip
+    api = Client().post(
+        "/api/v1/ask", {"question": TOO_LONG}, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}"
+    )
     assert api.status_code == 400 and MESSAGE in api.json()["error"] and api.json()["field"] == "question"
     with pytest.raises(CommandError, match=MESSAGE):
         call_command("ask", TOO_LONG, "--tenant", "kb-acme")

@@ -19,10 +19,23 @@ def test_rrf_matches_the_formula():
 
 def _hit(doc_id, kind, path, score, ranks=None):
     return Hit(
-        document_id=doc_id, source_id=1, kind=kind, title=str(doc_id), url="", path=path, start_line=None,
-        end_line=None, content="", text="", metadata={}, updated_at=None, parent_id=None, external_id=str(doc_id),
-        score=score, ranks=ranks if ranks is not None else {"lexical": doc_id},
-    )  # fmt: skip
+        document_id=doc_id,
+        source_id=1,
+        kind=kind,
+        title=str(doc_id),
+        url="",
+        path=path,
+        start_line=None,
+        end_line=None,
+        content="",
+        text="",
+        metadata={},
+        updated_at=None,
+        parent_id=None,
+        external_id=str(doc_id),
+        score=score,
+        ranks=ranks if ranks is not None else {"lexical": doc_id},
+    )
 
 
 def _ingest_rows(tenant, rows, name="Notes"):
@@ -30,9 +43,12 @@ def _ingest_rows(tenant, rows, name="Notes"):
     from sources.services import source_create, source_ingest
 
     source = source_create(
-        tenant_id=tenant.tenant.pk, kind="test_rows", name=name, config={"rows": rows},
+        tenant_id=tenant.tenant.pk,
+        kind="test_rows",
+        name=name,
+        config={"rows": rows},
         project_ids=[tenant.project.pk],
-    )  # fmt: skip
+    )
     assert source_ingest(tenant_id=tenant.tenant.pk, source_id=source.pk).status == "succeeded"
     return source
 
@@ -158,17 +174,40 @@ def test_context_expansion_adds_neighbours_and_enclosing_signature(make_tenant, 
     settings.KB_CUSTOM_CONNECTORS = {"test_rows": "tests.search.rows_connector.RowsConnector"}
     t = make_tenant("ctx")
     rows = [
-        {"external_id": "guide#intro", "kind": "doc_section", "title": "Guide > Intro", "path": "guide.md",
-         "content": "Welcome to the pelican guide.", "metadata": {"next_section": "guide#setup"}},
-        {"external_id": "guide#setup", "kind": "doc_section", "title": "Guide > Setup", "path": "guide.md",
-         "content": "Install the pelican toolkit with pip.",
-         "metadata": {"prev_section": "guide#intro", "next_section": "guide#usage"}},
-        {"external_id": "guide#usage", "kind": "doc_section", "title": "Guide > Usage", "path": "guide.md",
-         "content": "Run pelican serve to preview."},
-        {"external_id": "app.py#Server.start", "kind": "code_chunk", "title": "app.py: Server.start",
-         "path": "app.py", "start_line": 5, "end_line": 9, "content": "def start(self): bind the walrus socket",
-         "metadata": {"symbol": "Server.start", "enclosing_signature": "class Server(BaseServer):"}},
-    ]  # fmt: skip
+        {
+            "external_id": "guide#intro",
+            "kind": "doc_section",
+            "title": "Guide > Intro",
+            "path": "guide.md",
+            "content": "Welcome to the pelican guide.",
+            "metadata": {"next_section": "guide#setup"},
+        },
+        {
+            "external_id": "guide#setup",
+            "kind": "doc_section",
+            "title": "Guide > Setup",
+            "path": "guide.md",
+            "content": "Install the pelican toolkit with pip.",
+            "metadata": {"prev_section": "guide#intro", "next_section": "guide#usage"},
+        },
+        {
+            "external_id": "guide#usage",
+            "kind": "doc_section",
+            "title": "Guide > Usage",
+            "path": "guide.md",
+            "content": "Run pelican serve to preview.",
+        },
+        {
+            "external_id": "app.py#Server.start",
+            "kind": "code_chunk",
+            "title": "app.py: Server.start",
+            "path": "app.py",
+            "start_line": 5,
+            "end_line": 9,
+            "content": "def start(self): bind the walrus socket",
+            "metadata": {"symbol": "Server.start", "enclosing_signature": "class Server(BaseServer):"},
+        },
+    ]
     source = source_create(
         tenant_id=t.tenant.pk, kind="test_rows", name="Ctx", config={"rows": rows}, project_ids=[t.project.pk]
     )
@@ -192,16 +231,28 @@ def test_idf_statistics_drop_ubiquitous_terms_and_rank_rare_ones(make_tenant, se
     settings.KB_CUSTOM_CONNECTORS = {"test_rows": "tests.search.rows_connector.RowsConnector"}
     t = make_tenant("idf")
     filler = [
-        {"external_id": f"note{i}", "kind": "conversation", "title": f"standup {i}",
-         "content": f"standup notes {i}: thanks, sounds good! the deploy went fine, nothing to report today."}
+        {
+            "external_id": f"note{i}",
+            "kind": "conversation",
+            "title": f"standup {i}",
+            "content": f"standup notes {i}: thanks, sounds good! the deploy went fine, nothing to report today.",
+        }
         for i in range(120)
-    ]  # fmt: skip
+    ]
     rows = filler + [
-        {"external_id": "rare-short", "kind": "conversation", "title": "pager",
-         "content": "ERR_QUOKKA_TIMEOUT on the payments gateway, restart it"},
-        {"external_id": "rare-long", "kind": "doc_section", "title": "gateway handbook",
-         "content": "ERR_QUOKKA_TIMEOUT " + " ".join(f"word{i}" for i in range(400))},
-    ]  # fmt: skip
+        {
+            "external_id": "rare-short",
+            "kind": "conversation",
+            "title": "pager",
+            "content": "ERR_QUOKKA_TIMEOUT on the payments gateway, restart it",
+        },
+        {
+            "external_id": "rare-long",
+            "kind": "doc_section",
+            "title": "gateway handbook",
+            "content": "ERR_QUOKKA_TIMEOUT " + " ".join(f"word{i}" for i in range(400)),
+        },
+    ]
     source = source_create(
         tenant_id=t.tenant.pk, kind="test_rows", name="Chat", config={"rows": rows}, project_ids=[t.project.pk]
     )
@@ -235,9 +286,16 @@ def test_symbol_name_ranker_reads_the_words_of_definition_names(make_tenant, set
     t = make_tenant("symwords")
 
     def chunk(symbol: str, body: str) -> dict:
-        return {"external_id": f"errors.py#{symbol}", "kind": "code_chunk", "title": f"errors.py: {symbol}",
-                "path": "errors.py", "start_line": 1, "end_line": 3, "content": body,
-                "metadata": {"symbol": symbol, "symbol_kind": "class"}}  # fmt: skip
+        return {
+            "external_id": f"errors.py#{symbol}",
+            "kind": "code_chunk",
+            "title": f"errors.py: {symbol}",
+            "path": "errors.py",
+            "start_line": 1,
+            "end_line": 3,
+            "content": body,
+            "metadata": {"symbol": symbol, "symbol_kind": "class"},
+        }
 
     rows = [
         chunk("HTTPException", "class HTTPException(Exception): raised for an error response"),
@@ -305,20 +363,36 @@ def test_champion_lists_bound_what_a_common_term_ranks(make_tenant, settings):
 
     settings.KB_CUSTOM_CONNECTORS = {"test_rows": "tests.search.rows_connector.RowsConnector"}
     t = make_tenant("champ")
-    rows = [
-        {"external_id": f"plain{i}", "kind": "doc_section", "title": f"note {i}",
-         "content": f"the ledger was reconciled on day {i} " + " ".join(f"filler{j}" for j in range(i % 30))}
-        for i in range(60)
-    ] + [
-        {"external_id": f"other{i}", "kind": "doc_section", "title": f"other {i}", "content": f"lunch menu {i}"}
-        for i in range(200)
-    ] + [
-        {"external_id": "titled", "kind": "doc_section", "title": "Ledger", "content": "ledger ledger"},
-        {"external_id": "both", "kind": "doc_section", "title": "month end",
-         "content": "the ledger and the escrow account at month end " + "padding " * 80},
-        {"external_id": "rare", "kind": "doc_section", "title": "escrow",
-         "content": "escrow release needs two approvals " + "padding " * 80},
-    ]  # fmt: skip
+    rows = (
+        [
+            {
+                "external_id": f"plain{i}",
+                "kind": "doc_section",
+                "title": f"note {i}",
+                "content": f"the ledger was reconciled on day {i} " + " ".join(f"filler{j}" for j in range(i % 30)),
+            }
+            for i in range(60)
+        ]
+        + [
+            {"external_id": f"other{i}", "kind": "doc_section", "title": f"other {i}", "content": f"lunch menu {i}"}
+            for i in range(200)
+        ]
+        + [
+            {"external_id": "titled", "kind": "doc_section", "title": "Ledger", "content": "ledger ledger"},
+            {
+                "external_id": "both",
+                "kind": "doc_section",
+                "title": "month end",
+                "content": "the ledger and the escrow account at month end " + "padding " * 80,
+            },
+            {
+                "external_id": "rare",
+                "kind": "doc_section",
+                "title": "escrow",
+                "content": "escrow release needs two approvals " + "padding " * 80,
+            },
+        ]
+    )
     source = source_create(
         tenant_id=t.tenant.pk, kind="test_rows", name="Notes", config={"rows": rows}, project_ids=[t.project.pk]
     )
@@ -347,9 +421,12 @@ def test_champion_lists_bound_what_a_common_term_ranks(make_tenant, settings):
     # Another tenant's scope holding the same words ranks only its own rows.
     other = make_tenant("champ-other")
     other_source = source_create(
-        tenant_id=other.tenant.pk, kind="test_rows", name="Notes", project_ids=[other.project.pk],
+        tenant_id=other.tenant.pk,
+        kind="test_rows",
+        name="Notes",
+        project_ids=[other.project.pk],
         config={"rows": [{"external_id": "o1", "kind": "doc_section", "title": "ledger", "content": "ledger"}]},
-    )  # fmt: skip
+    )
     source_ingest(tenant_id=other.tenant.pk, source_id=other_source.pk)
     other_scope = scope_for_user(other.admin)
     with tenant_context(other.tenant.pk):
@@ -426,19 +503,36 @@ def test_lexical_weighs_terms_by_idf_and_skips_whole_code_files(make_tenant, set
 
     settings.KB_CUSTOM_CONNECTORS = {"test_rows": "tests.search.rows_connector.RowsConnector"}
     t = make_tenant("idf")
-    rows = [
-        {"external_id": f"req{i}", "kind": "doc_section", "title": f"log {i}",
-         "content": f"every request is logged; request ids and request timing, note {i}"}
-        for i in range(30)
-    ] + [
-        {"external_id": f"misc{i}", "kind": "doc_section", "title": f"misc {i}", "content": f"lunch menu {i}"}
-        for i in range(100)
-    ] + [
-        {"external_id": "patch", "kind": "doc_section", "title": "Partial updates",
-         "content": "send a PATCH with only the changed fields of the request"},
-        {"external_id": "bigfile", "kind": "code_file", "title": "app.py", "path": "app.py",
-         "content": "def patch(request):\n    return request\n" * 20},
-    ]  # fmt: skip
+    rows = (
+        [
+            {
+                "external_id": f"req{i}",
+                "kind": "doc_section",
+                "title": f"log {i}",
+                "content": f"every request is logged; request ids and request timing, note {i}",
+            }
+            for i in range(30)
+        ]
+        + [
+            {"external_id": f"misc{i}", "kind": "doc_section", "title": f"misc {i}", "content": f"lunch menu {i}"}
+            for i in range(100)
+        ]
+        + [
+            {
+                "external_id": "patch",
+                "kind": "doc_section",
+                "title": "Partial updates",
+                "content": "send a PATCH with only the changed fields of the request",
+            },
+            {
+                "external_id": "bigfile",
+                "kind": "code_file",
+                "title": "app.py",
+                "path": "app.py",
+                "content": "def patch(request):\n    return request\n" * 20,
+            },
+        ]
+    )
     source = _ingest_rows(t, rows)
     scope = scope_for_user(t.admin)
     with tenant_context(t.tenant.pk):
@@ -476,19 +570,29 @@ def test_code_named_in_the_best_docs_is_followed_to_its_definition(make_tenant, 
 
     def code_row(ext, symbol, kind, code):
         return {
-            "external_id": ext, "kind": "code_chunk", "title": f"tasks.py: {symbol}", "path": "tasks.py",
-            "content": code, "start_line": 1, "end_line": 3, "metadata": {"symbol": symbol, "symbol_kind": kind},
-        }  # fmt: skip
+            "external_id": ext,
+            "kind": "code_chunk",
+            "title": f"tasks.py: {symbol}",
+            "path": "tasks.py",
+            "content": code,
+            "start_line": 1,
+            "end_line": 3,
+            "metadata": {"symbol": symbol, "symbol_kind": kind},
+        }
 
     rows = [
-        {"external_id": "guide", "kind": "doc_section", "title": "Work after the reply",
-         "content": "To run work once the reply has gone out, add it to a `Deferred` queue; see also `Missing`."},
+        {
+            "external_id": "guide",
+            "kind": "doc_section",
+            "title": "Work after the reply",
+            "content": "To run work once the reply has gone out, add it to a `Deferred` queue; see also `Missing`.",
+        },
         code_row("deferred", "Deferred", "class", "class Deferred:\n    items = []"),
         code_row("other", "Ledger", "class", "class Ledger:\n    rows = []"),
     ] + [
         {"external_id": f"note{i}", "kind": "doc_section", "title": f"note {i}", "content": f"lunch menu {i}"}
         for i in range(40)
-    ]  # fmt: skip
+    ]
     t = make_tenant("linked")
     source = _ingest_rows(t, rows, name="Repo")
     other = make_tenant("linked-other")

@@ -40,8 +40,10 @@ def test_citation_split_across_tokens_is_held_until_it_closes():
     ],
 )
 def test_any_token_split_gives_the_whole_text_result(raw, expected):
-    ev = [Evidence(n=i, document_id=i, kind="doc_section", title="t", url="", text="x", score=0, tool="search")
-          for i in (1, 2)]  # fmt: skip
+    ev = [
+        Evidence(n=i, document_id=i, kind="doc_section", title="t", url="", text="x", score=0, tool="search")
+        for i in (1, 2)
+    ]
     assert validate_citations(raw, ev)[0] == expected
     for size in (1, 2, 3, 7):
         deltas, citations = _stream([raw[i : i + size] for i in range(0, len(raw), size)])
@@ -107,8 +109,9 @@ def test_stream_declines_with_no_sources_when_nothing_relevant(kb):
 def test_blank_question_is_refused_before_anything_runs():
     from sources.selectors import QueryScope
 
-    scope = QueryScope(tenant_id=1, user_id=None, project_id=1, project_slug="p", project_name="P",
-                       allowed_source_ids=())  # fmt: skip
+    scope = QueryScope(
+        tenant_id=1, user_id=None, project_id=1, project_slug="p", project_name="P", allowed_source_ids=()
+    )
     with pytest.raises(EmptyQuery):
         ask_stream("   ", scope)  # raises at the call, not at the first event
 

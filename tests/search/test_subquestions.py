@@ -224,8 +224,10 @@ def test_an_identifier_of_a_context_sentence_binds_every_clause():
     """The context names the incident; both clauses ask about it, and another incident's page
     answering "what was the root cause" in the same words is no answer."""
     question = "During the VPC-17 rollout, tenants saw 401s. What was the root cause, and what fix resolved it?"
-    ours = ("In the VPC-17 rollout the root cause was a TLS renegotiation setting that broke older clients. "
-            "The fix that resolved the VPC-17 failures was rolling back the TLS library change.")  # fmt: skip
+    ours = (
+        "In the VPC-17 rollout the root cause was a TLS renegotiation setting that broke older clients. "
+        "The fix that resolved the VPC-17 failures was rolling back the TLS library change."
+    )
     other = "Alternative root cause considered for the March outage: a cache flush, rejected after tracing."
     evidence = [
         _block(1, "VPC-17 rollout postmortem", ours, lexical_rank=1, dense_rank=1, similarity=0.7),
@@ -267,8 +269,10 @@ def test_a_run_of_code_lines_holding_no_word_is_never_quoted():
 @pytest.mark.django_db
 def test_a_clause_referring_back_is_not_answered_from_a_block_lacking_the_earlier_identifier():
     question = "What did PR-4821 change in the retry loop, and who reviewed it?"
-    ours = ("PR-4821 changed the retry loop to back off exponentially with jitter. "
-            "Dana Whitfield approved the change before the release.")  # fmt: skip
+    ours = (
+        "PR-4821 changed the retry loop to back off exponentially with jitter. "
+        "Dana Whitfield approved the change before the release."
+    )
     other = "Lee Okafor reviewed the logging pull request and approved it after two rounds of comments."
     evidence = [
         _block(1, "PR-4821 retry backoff", ours, lexical_rank=1, dense_rank=1, similarity=0.7),

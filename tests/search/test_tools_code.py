@@ -60,9 +60,13 @@ def fastapi_kb(workdir, django_db_setup, django_db_blocker) -> CodeKB:
     with django_db_blocker.unblock():
         t = tenant_onboard(name="Code", slug="sc-code", admin_username="sc-code-admin", admin_password="c" * 12)
         source = source_create(
-            tenant_id=t.tenant.pk, kind="git", name="FastAPI", config={"path": str(workdir)},
-            include=["fastapi/*"], project_ids=[t.project.pk],
-        )  # fmt: skip
+            tenant_id=t.tenant.pk,
+            kind="git",
+            name="FastAPI",
+            config={"path": str(workdir)},
+            include=["fastapi/*"],
+            project_ids=[t.project.pk],
+        )
         run = source_ingest(tenant_id=t.tenant.pk, source_id=source.pk)
         assert run.status == "succeeded", run.error
         return CodeKB(scope=scope_for_user(t.admin), repo=workdir, tenant=t)
@@ -169,8 +173,9 @@ def test_git_grep_fallback_finds_the_same_lines(fastapi_kb):
     program = grep_program()
     assert program[0] == "rg"  # the ripgrep wheel from requirements.txt
     rg = run_grep(grep_command(program, patterns, case_sensitive=False), cwd=tree, git_format=False)
-    git = run_grep(grep_command(("git", shutil.which("git")), patterns, case_sensitive=False), cwd=tree,
-                   git_format=True)  # fmt: skip
+    git = run_grep(
+        grep_command(("git", shutil.which("git")), patterns, case_sensitive=False), cwd=tree, git_format=True
+    )
     assert rg.matches and set(rg.matches) == set(git.matches)
 
 
@@ -187,8 +192,9 @@ def test_other_scopes_see_nothing(fastapi_kb, make_tenant):
 def _git(repo: Path, *args: str) -> None:
     subprocess.run(
         ["git", "-C", str(repo), "-c", "user.name=Dev", "-c", "user.email=dev@example.com", *args],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+    )
 
 
 @pytest.mark.django_db
@@ -249,14 +255,35 @@ def test_rows_restricted_to_others_and_unsafe_paths_never_come_back(make_tenant,
     settings.KB_WORKDIR = tmp_path
     t = make_tenant("sc-private")
     rows = [
-        {"external_id": "pay.py", "kind": "code_file", "title": "pay.py", "path": "pay.py", "start_line": 1,
-         "end_line": 2, "content": "def settle_walrus():\n    return 'walrus'\n",
-         "principals": [f"user:{t.admin.pk}"]},
-        {"external_id": "../evil.py", "kind": "code_file", "title": "evil", "path": "../evil.py",
-         "start_line": 1, "end_line": 1, "content": "settle_walrus = 1\n"},
-        {"external_id": "ok.py", "kind": "code_file", "title": "ok.py", "path": "ok.py", "start_line": 1,
-         "end_line": 1, "content": "x = 'no match here'\n"},
-    ]  # fmt: skip
+        {
+            "external_id": "pay.py",
+            "kind": "code_file",
+            "title": "pay.py",
+            "path": "pay.py",
+            "start_line": 1,
+            "end_line": 2,
+            "content": "def settle_walrus():\n    return 'walrus'\n",
+            "principals": [f"user:{t.admin.pk}"],
+        },
+        {
+            "external_id": "../evil.py",
+            "kind": "code_file",
+            "title": "evil",
+            "path": "../evil.py",
+            "start_line": 1,
+            "end_line": 1,
+            "content": "settle_walrus = 1\n",
+        },
+        {
+            "external_id": "ok.py",
+            "kind": "code_file",
+            "title": "ok.py",
+            "path": "ok.py",
+            "start_line": 1,
+            "end_line": 1,
+            "content": "x = 'no match here'\n",
+        },
+    ]
     source = source_create(
         tenant_id=t.tenant.pk, kind="test_rows", name="Rows", config={"rows": rows}, project_ids=[t.project.pk]
     )

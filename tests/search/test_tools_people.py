@@ -62,14 +62,35 @@ def people_kb(django_db_setup, django_db_blocker, shared_dir, tmp_path_factory) 
         fastapi = project_create(tenant_id=tid, name="FastAPI", slug="wk-fastapi")
         houston_config = {"path": str(shared_dir / "corpora/slack-export-houston"), "channels": HOUSTON_CHANNELS}
         sources = [
-            ("jsonl", "ERB", {"path": str(shared_dir / "eval/erb/docs"), "id_field": "dataset_doc_uuid"}, {},
-             t.project),
+            (
+                "jsonl",
+                "ERB",
+                {"path": str(shared_dir / "eval/erb/docs"), "id_field": "dataset_doc_uuid"},
+                {},
+                t.project,
+            ),
             ("slack_export", "Houston", houston_config, {}, houston),
-            ("git", "FastAPI code", {"path": str(fastapi_source_checkout()), "max_commits": 0},
-             {"include": [ENCODERS, "fastapi/security/*"]}, fastapi),
-            ("jsonl", "FastAPI history", {"path": str(history), "id_field": "sha", "kind": "commit",
-                                          "title_field": "subject", "content_fields": ["body"]}, {}, fastapi),
-        ]  # fmt: skip
+            (
+                "git",
+                "FastAPI code",
+                {"path": str(fastapi_source_checkout()), "max_commits": 0},
+                {"include": [ENCODERS, "fastapi/security/*"]},
+                fastapi,
+            ),
+            (
+                "jsonl",
+                "FastAPI history",
+                {
+                    "path": str(history),
+                    "id_field": "sha",
+                    "kind": "commit",
+                    "title_field": "subject",
+                    "content_fields": ["body"],
+                },
+                {},
+                fastapi,
+            ),
+        ]
         for kind, name, config, globs, project in sources:
             source = source_create(
                 tenant_id=tid, kind=kind, name=name, config=config, project_ids=[project.pk], **globs
@@ -180,21 +201,49 @@ def test_merged_identities_and_only_readable_rows(make_tenant):
 
     acme, globex = make_tenant("wkacme"), make_tenant("wkglobex")
     rows = [
-        {"external_id": "T-1", "kind": "ticket", "title": "Walrus cache evictions spike", "content":
-         "The walrus cache evicts hot keys under load.", "metadata": {"reporter": "Dana Whitfield"}},
-        {"external_id": "commit:abc", "kind": "commit", "title": "Tune walrus cache eviction", "content":
-         "Tune walrus cache eviction thresholds", "metadata": {"author_name": "dana whitfield",
-         "author_email": "Dana.Whitfield@acme.example", "files": ["walrus/cache.py"]}},
-        {"external_id": "T-2", "kind": "ticket", "title": "Walrus cache sizing", "content":
-         "Sizing the walrus cache for the eviction policy.", "metadata": {"assignee": "dana.whitfield@acme.example"}},
-        {"external_id": "C9:1", "kind": "thread", "title": "#private: walrus cache eviction incident", "content":
-         "Quinn Hollis: the walrus cache eviction incident postmortem", "metadata": {"authors": ["Quinn Hollis"]},
-         "principals": [f"user:{acme.admin.pk}"]},
-    ]  # fmt: skip
+        {
+            "external_id": "T-1",
+            "kind": "ticket",
+            "title": "Walrus cache evictions spike",
+            "content": "The walrus cache evicts hot keys under load.",
+            "metadata": {"reporter": "Dana Whitfield"},
+        },
+        {
+            "external_id": "commit:abc",
+            "kind": "commit",
+            "title": "Tune walrus cache eviction",
+            "content": "Tune walrus cache eviction thresholds",
+            "metadata": {
+                "author_name": "dana whitfield",
+                "author_email": "Dana.Whitfield@acme.example",
+                "files": ["walrus/cache.py"],
+            },
+        },
+        {
+            "external_id": "T-2",
+            "kind": "ticket",
+            "title": "Walrus cache sizing",
+            "content": "Sizing the walrus cache for the eviction policy.",
+            "metadata": {"assignee": "dana.whitfield@acme.example"},
+        },
+        {
+            "external_id": "C9:1",
+            "kind": "thread",
+            "title": "#private: walrus cache eviction incident",
+            "content": "Quinn Hollis: the walrus cache eviction incident postmortem",
+            "metadata": {"authors": ["Quinn Hollis"]},
+            "principals": [f"user:{acme.admin.pk}"],
+        },
+    ]
     foreign = [
-        {"external_id": "G-1", "kind": "ticket", "title": "Walrus cache eviction at Globex", "content":
-         "walrus cache eviction", "metadata": {"reporter": "Gale Outsider"}},
-    ]  # fmt: skip
+        {
+            "external_id": "G-1",
+            "kind": "ticket",
+            "title": "Walrus cache eviction at Globex",
+            "content": "walrus cache eviction",
+            "metadata": {"reporter": "Gale Outsider"},
+        },
+    ]
     with override_settings(KB_CUSTOM_CONNECTORS=CUSTOM):
         for t, data in ((acme, rows), (globex, foreign)):
             source = source_create(
@@ -240,8 +289,9 @@ def test_pipeline_tool_puts_people_first_then_their_documents(people_kb):
     documents = [r.document_id for r in rows[len(people) :]]
     assert len(documents) == len(set(documents)) == 5 and all(d > 0 for d in documents)
 
-    result = execute_plan(Plan([PlannedCall("search", question), PlannedCall("who_knows", question)], "rules"),
-                          people_kb.erb)  # fmt: skip
+    result = execute_plan(
+        Plan([PlannedCall("search", question), PlannedCall("who_knows", question)], "rules"), people_kb.erb
+    )
     assert not result.tool_errors
     numbered = [(ev.n, ev.kind, ev.title) for ev in result.evidence]
     assert (2, "person", experts[0].name) in numbered

@@ -16,11 +16,26 @@ from sources.selectors import QueryScope, scope_for_user
 from tests.llm_server import FakeOpenAIServer, ServerError
 
 FILES = [
-    "fastapi/encoders.py", "fastapi/exceptions.py", "fastapi/background.py", "fastapi/concurrency.py",
-    "fastapi/datastructures.py", "fastapi/responses.py", "fastapi/websockets.py",
-    *[f"fastapi/security/{name}" for name in ("__init__.py", "api_key.py", "base.py", "http.py", "oauth2.py",
-                                            "open_id_connect_url.py", "utils.py")],
-]  # fmt: skip
+    "fastapi/encoders.py",
+    "fastapi/exceptions.py",
+    "fastapi/background.py",
+    "fastapi/concurrency.py",
+    "fastapi/datastructures.py",
+    "fastapi/responses.py",
+    "fastapi/websockets.py",
+    *[
+        f"fastapi/security/{name}"
+        for name in (
+            "__init__.py",
+            "api_key.py",
+            "base.py",
+            "http.py",
+            "oauth2.py",
+            "open_id_connect_url.py",
+            "utils.py",
+        )
+    ],
+]
 
 
 @dataclass
@@ -32,8 +47,9 @@ class ModulesKB:
 def _git(repo: Path, *args: str) -> None:
     subprocess.run(
         ["git", "-C", str(repo), "-c", "user.name=Dev", "-c", "user.email=dev@example.com", *args],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+    )
 
 
 def _repo(root: Path, package: Path, files: list[str]) -> Path:

@@ -123,11 +123,19 @@ def test_admin_refuses_an_invalid_source_config_with_the_field_named(client, kb)
     response = client.post(
         "/admin/sources/datasource/add/",
         {
-            "tenant": kb.acme.tenant.pk, "name": "Bad", "slug": "bad", "kind": "docs", "config": '{"folder": "/x"}',
-            "include": "[]", "exclude": "[]", "sync_interval_minutes": 60, "generation": 0,
-            "projectsource_set-TOTAL_FORMS": 0, "projectsource_set-INITIAL_FORMS": 0,
+            "tenant": kb.acme.tenant.pk,
+            "name": "Bad",
+            "slug": "bad",
+            "kind": "docs",
+            "config": '{"folder": "/x"}',
+            "include": "[]",
+            "exclude": "[]",
+            "sync_interval_minutes": 60,
+            "generation": 0,
+            "projectsource_set-TOTAL_FORMS": 0,
+            "projectsource_set-INITIAL_FORMS": 0,
         },
-    )  # fmt: skip
+    )
     assert response.status_code == 200
     html = response.content.decode()
     assert "invalid config for a &#x27;docs&#x27; data source" in html and "path: Field required" in html
@@ -280,11 +288,15 @@ def test_a_document_with_a_script_tag_stays_text_on_the_ask_and_people_pages(cli
     settings.KB_CUSTOM_CONNECTORS = {"test_rows": "tests.search.rows_connector.RowsConnector"}
     t = make_tenant("xss")
     rows = [
-        {"external_id": "ops#pelican", "kind": "thread", "title": f"Pelican rollout {SCRIPT}",
-         "url": "javascript:alert(1)",
-         "content": f"The pelican rollout needs the flamingo flag turned on first. {SCRIPT}",
-         "metadata": {"author": f"Mallory {SCRIPT}", "participants": ["Trent"]}},
-    ]  # fmt: skip
+        {
+            "external_id": "ops#pelican",
+            "kind": "thread",
+            "title": f"Pelican rollout {SCRIPT}",
+            "url": "javascript:alert(1)",
+            "content": f"The pelican rollout needs the flamingo flag turned on first. {SCRIPT}",
+            "metadata": {"author": f"Mallory {SCRIPT}", "participants": ["Trent"]},
+        },
+    ]
     source = source_create(
         tenant_id=t.tenant.pk, kind="test_rows", name="Ops", config={"rows": rows}, project_ids=[t.project.pk]
     )

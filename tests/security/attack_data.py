@@ -176,9 +176,12 @@ def onboard_attack_pair(
     membership_create(tenant_id=t.tenant.pk, user=member, role=Membership.Role.MEMBER)
     profile_set_default_project(user=member, tenant_id=t.tenant.pk, project_id=t.project.pk)
     source = source_create(
-        tenant_id=t.tenant.pk, kind="test_rows", name=source_name, config={"rows": rows(t.admin.pk)},
+        tenant_id=t.tenant.pk,
+        kind="test_rows",
+        name=source_name,
+        config={"rows": rows(t.admin.pk)},
         project_ids=[t.project.pk],
-    )  # fmt: skip
+    )
     run = source_ingest(tenant_id=t.tenant.pk, source_id=source.pk)
     assert run.status == "succeeded", run.error
     return t, other, member, source
@@ -199,11 +202,22 @@ def atkx_load(django_db_blocker) -> ATKX:
     with django_db_blocker.unblock(), override_settings(KB_CUSTOM_CONNECTORS=CUSTOM):
         x, y, member, source = onboard_attack_pair(("AtkX", "AtkY"), ("atk-x", "atk-y"), "AtkX wiki", _rows)
         y_source = source_create(
-            tenant_id=y.tenant.pk, kind="test_rows", name="AtkY wiki", config={"rows": [{
-                "external_id": "y#1", "kind": "doc_section", "title": "AtkY walrus migration",
-                "path": "y.md", "content": "AtkY runs the walrus migration with the okapi checklist.",
-            }]}, project_ids=[y.project.pk],
-        )  # fmt: skip
+            tenant_id=y.tenant.pk,
+            kind="test_rows",
+            name="AtkY wiki",
+            config={
+                "rows": [
+                    {
+                        "external_id": "y#1",
+                        "kind": "doc_section",
+                        "title": "AtkY walrus migration",
+                        "path": "y.md",
+                        "content": "AtkY runs the walrus migration with the okapi checklist.",
+                    }
+                ]
+            },
+            project_ids=[y.project.pk],
+        )
         assert source_ingest(tenant_id=y.tenant.pk, source_id=y_source.pk).status == "succeeded"
         with tenant_context(x.tenant.pk):
             public_id = str(DataSource.objects.get(pk=source.pk).public_id)

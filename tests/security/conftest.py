@@ -82,29 +82,53 @@ def atk(django_db_setup, django_db_blocker) -> ATK:
             },
         ]
         source = source_create(
-            tenant_id=a.tenant.pk, kind="test_rows", name="AtkA wiki", config={"rows": rows},
+            tenant_id=a.tenant.pk,
+            kind="test_rows",
+            name="AtkA wiki",
+            config={"rows": rows},
             project_ids=[a.project.pk],
-        )  # fmt: skip
+        )
         assert source_ingest(tenant_id=a.tenant.pk, source_id=source.pk).status == "succeeded"
 
         # A second project with its own source (project-level membership comes with SSO/roles).
         hr_project = project_create(tenant_id=a.tenant.pk, name="HR only")
         hr_source = source_create(
-            tenant_id=a.tenant.pk, kind="test_rows", name="HR private", config={"rows": [{
-                "external_id": "reorg", "kind": "doc_section", "title": "Reorg", "path": "reorg.md",
-                "content": f"Confidential: the {PROJ_ONLY_MARKER} lays off the platform team.",
-            }]}, project_ids=[hr_project.pk],
-        )  # fmt: skip
+            tenant_id=a.tenant.pk,
+            kind="test_rows",
+            name="HR private",
+            config={
+                "rows": [
+                    {
+                        "external_id": "reorg",
+                        "kind": "doc_section",
+                        "title": "Reorg",
+                        "path": "reorg.md",
+                        "content": f"Confidential: the {PROJ_ONLY_MARKER} lays off the platform team.",
+                    }
+                ]
+            },
+            project_ids=[hr_project.pk],
+        )
         assert source_ingest(tenant_id=a.tenant.pk, source_id=hr_source.pk).status == "succeeded"
 
         b_source = source_create(
-            tenant_id=b.tenant.pk, kind="test_rows", name="AtkB wiki", config={"rows": [{
-                "external_id": "secret#zebra", "kind": "doc_section",
-                "title": "Deploying the billing service at AtkB", "path": "b.md",
-                "url": "https://wiki.atk-b.example/secret",
-                "content": f"AtkB deploys billing with the {B_MARKER}: run make release twice.",
-            }]}, project_ids=[b.project.pk],
-        )  # fmt: skip
+            tenant_id=b.tenant.pk,
+            kind="test_rows",
+            name="AtkB wiki",
+            config={
+                "rows": [
+                    {
+                        "external_id": "secret#zebra",
+                        "kind": "doc_section",
+                        "title": "Deploying the billing service at AtkB",
+                        "path": "b.md",
+                        "url": "https://wiki.atk-b.example/secret",
+                        "content": f"AtkB deploys billing with the {B_MARKER}: run make release twice.",
+                    }
+                ]
+            },
+            project_ids=[b.project.pk],
+        )
         assert source_ingest(tenant_id=b.tenant.pk, source_id=b_source.pk).status == "succeeded"
     return ATK(
         a=a,

@@ -150,12 +150,23 @@ def ans(django_db_setup, django_db_blocker) -> Ans:
             ("AtkAns", "AtkAnsO"), ("atk-ans", "atk-ans-o"), "AtkAns wiki", _rows
         )
         other_source = source_create(
-            tenant_id=other.tenant.pk, kind="test_rows", name="AtkAnsO wiki", config={"rows": [{
-                "external_id": "o#1", "kind": "doc_section", "title": "Quarterly marmot (outsider)", "path": "o.md",
-                "content": f"The quarterly marmot acquisition of the outsider: {OTHER_MARKER}. Reset the gizmo "
-                "controller with the outsider key.",
-            }]}, project_ids=[other.project.pk],
-        )  # fmt: skip
+            tenant_id=other.tenant.pk,
+            kind="test_rows",
+            name="AtkAnsO wiki",
+            config={
+                "rows": [
+                    {
+                        "external_id": "o#1",
+                        "kind": "doc_section",
+                        "title": "Quarterly marmot (outsider)",
+                        "path": "o.md",
+                        "content": f"The quarterly marmot acquisition of the outsider: {OTHER_MARKER}. Reset the gizmo "
+                        "controller with the outsider key.",
+                    }
+                ]
+            },
+            project_ids=[other.project.pk],
+        )
         assert source_ingest(tenant_id=other.tenant.pk, source_id=other_source.pk).status == "succeeded"
         owner_token = api_token_create(tenant=t.tenant, user=t.admin, name="ans-owner")[1]
         member_token = api_token_create(tenant=t.tenant, user=member, name="ans-member")[1]
@@ -348,12 +359,23 @@ def test_code_answer_metadata_cannot_break_out_of_inline_code_or_the_fence():
     live Markdown link into the answer. (The symbol, also hostile here, is safe since
     ``code_span``.)"""
     ev = Evidence(
-        n=1, document_id=1, kind="code_chunk", title="tools/fence.py: fence_breaker", url="", path="tools/fence.py",
-        start_line=1, end_line=3, score=1.0, tool="search_code", lexical_rank=1,
-        text="def fence_breaker():\n    \"\"\"Break the fence of the flux capacitor.\"\"\"\n    return 1\n",
-        metadata={"symbol": "fence`[sym](https://evil.example/sym)`",
-                  "language": "python\n```\n[lang](https://evil.example/lang)\n\n```python"},
-    )  # fmt: skip
+        n=1,
+        document_id=1,
+        kind="code_chunk",
+        title="tools/fence.py: fence_breaker",
+        url="",
+        path="tools/fence.py",
+        start_line=1,
+        end_line=3,
+        score=1.0,
+        tool="search_code",
+        lexical_rank=1,
+        text='def fence_breaker():\n    """Break the fence of the flux capacitor."""\n    return 1\n',
+        metadata={
+            "symbol": "fence`[sym](https://evil.example/sym)`",
+            "language": "python\n```\n[lang](https://evil.example/lang)\n\n```python",
+        },
+    )
     from tests.search.conftest import scored_verdict
 
     question = "what does fence_breaker do?"
@@ -424,14 +446,27 @@ def test_a_merged_sections_heading_is_not_quoted_as_part_of_a_sentence():
 
     def section(doc_id: int, heading: str, text: str) -> Evidence:
         return Evidence(
-            n=0, document_id=doc_id, kind="doc_section", title=f"Gizmo > {heading}", url="", text=text, score=1.0,
-            tool="search", path="gizmo.md", source_public_id="s1", lexical_rank=doc_id,
-        )  # fmt: skip
+            n=0,
+            document_id=doc_id,
+            kind="doc_section",
+            title=f"Gizmo > {heading}",
+            url="",
+            text=text,
+            score=1.0,
+            tool="search",
+            path="gizmo.md",
+            source_public_id="s1",
+            lexical_rank=doc_id,
+        )
 
-    merged = number_evidence([[
-        section(1, "Reset", "Hold the gizmo reset button for ten seconds."),
-        section(2, "Warranty", "The gizmo warranty lasts two years from the day of purchase."),
-    ]])  # fmt: skip
+    merged = number_evidence(
+        [
+            [
+                section(1, "Reset", "Hold the gizmo reset button for ten seconds."),
+                section(2, "Warranty", "The gizmo warranty lasts two years from the day of purchase."),
+            ]
+        ]
+    )
     assert len(merged) == 1 and "Warranty" in merged[0].text  # control: one block for the file
     passages = block_passages(merged[0])
     assert [p.text for p in passages if p.heading] == ["Warranty"]
@@ -481,9 +516,16 @@ def test_a_closest_source_title_is_not_rendered_as_a_link():
     title such as a JSONL record's ``[Reset your password](https://evil.example/reset)`` must not
     become a live link in the decline."""
     ev = Evidence(
-        n=1, document_id=1, kind="record", title="[Reset your password](https://evil.example/reset)", url="",
-        text="Nothing about the question.", score=1.0, tool="search", lexical_rank=1,
-    )  # fmt: skip
+        n=1,
+        document_id=1,
+        kind="record",
+        title="[Reset your password](https://evil.example/reset)",
+        url="",
+        text="Nothing about the question.",
+        score=1.0,
+        tool="search",
+        lexical_rank=1,
+    )
     draft = extractive_answer("what is the zorblax policy?", [ev], verdict=Verdict(status="not_found"))
     assert "Closest, not answering" in draft.text  # control
     html = str(answer_html(draft.text))
@@ -572,16 +614,21 @@ def test_a_restricted_identifier_reads_like_an_invented_one_to_the_member(ans):
     r, n = ask(f"What is {SECRET_CODE}?", member), ask("What is QX-5531?", member)
     assert not r.answer.answered and not n.answer.answered
     assert (r.verdict.status, r.verdict.decided_by, r.verdict.features) == (
-        n.verdict.status, n.verdict.decided_by, n.verdict.features,
-    )  # fmt: skip
+        n.verdict.status,
+        n.verdict.decided_by,
+        n.verdict.features,
+    )
     assert r.answer.text.replace(SECRET_CODE, "X") == n.answer.text.replace("QX-5531", "X")
     assert "closes in March" not in json.dumps(r.as_dict(), default=str)
 
 
 def test_a_question_naming_an_identifier_no_row_holds_is_never_answered(ans):
     member = scope_for_user(ans.member)
-    for question in ("What is PANGOLIN-6402?", "How do I reset the gizmo controller with PANGOLIN-6402?",
-                     "Was bedeutet ZÄHLER-77 für den Gizmo?"):  # fmt: skip
+    for question in (
+        "What is PANGOLIN-6402?",
+        "How do I reset the gizmo controller with PANGOLIN-6402?",
+        "Was bedeutet ZÄHLER-77 für den Gizmo?",
+    ):
         result = ask(question, member)
         assert not result.answer.answered, (question, result.answer.text)
         if result.verdict.relevant:
@@ -610,8 +657,12 @@ def test_an_llm_saying_yes_cannot_answer_what_the_evidence_model_declines(ans, s
 
 def test_an_llm_saying_no_declines_and_a_broken_judgement_leaves_the_model(ans, settings):
     member = scope_for_user(ans.member)
-    for judge, status in (('{"answer": "no"}', "not_found"), ('{"answer": ["yes"]}', "answered"),
-                          ("yes", "answered"), ('{"answer": "maybe"}', "answered")):  # fmt: skip
+    for judge, status in (
+        ('{"answer": "no"}', "not_found"),
+        ('{"answer": ["yes"]}', "answered"),
+        ("yes", "answered"),
+        ('{"answer": "maybe"}', "answered"),
+    ):
         with FakeOpenAIServer(_llm("Badges come from reception [1].", judge=judge)) as server:
             _use_llm(settings, server)
             result = ask("Who hands out parking badges on the first day?", member)
@@ -653,18 +704,42 @@ def test_the_question_length_limit_is_2000_on_every_path(ans):
     with pytest.raises(CommandError, match="at most 2,000"):
         call_command("ask", over, "--tenant", "atk-ans")
     # Whitespace does not count; a long run of it around a short question is no error.
-    r = api.post(f"{API}/ask", {"question": "gizmo " + " \t\u3000" * 5000 + "warranty"},
-                 content_type="application/json", **bearer)  # fmt: skip
+    r = api.post(
+        f"{API}/ask",
+        {"question": "gizmo " + " \t\u3000" * 5000 + "warranty"},
+        content_type="application/json",
+        **bearer,
+    )
     assert r.status_code == 200 and r.json()["question"] == "gizmo warranty"
 
 
 @pytest.mark.parametrize(
     "question",
-    ["gizmo\x00warranty", "gizmo \ud800 warranty", "\u202egizmo warranty\u202c", "\u05d0\u05d7\u05e8\u05d9 gizmo",
-     "gizmo " + "A1" * 990, "`" * 1999, "_" * 2000, "\\" * 2000, "'" * 2000, "C:\\gizmo\\'warranty'.txt"],
-    ids=["nul", "lone-surrogate", "rtl-override", "hebrew", "huge-identifier", "backticks", "underscores",
-         "backslashes", "quotes", "windows-path"],
-)  # fmt: skip
+    [
+        "gizmo\x00warranty",
+        "gizmo \ud800 warranty",
+        "\u202egizmo warranty\u202c",
+        "\u05d0\u05d7\u05e8\u05d9 gizmo",
+        "gizmo " + "A1" * 990,
+        "`" * 1999,
+        "_" * 2000,
+        "\\" * 2000,
+        "'" * 2000,
+        "C:\\gizmo\\'warranty'.txt",
+    ],
+    ids=[
+        "nul",
+        "lone-surrogate",
+        "rtl-override",
+        "hebrew",
+        "huge-identifier",
+        "backticks",
+        "underscores",
+        "backslashes",
+        "quotes",
+        "windows-path",
+    ],
+)
 def test_odd_questions_are_answered_or_refused_never_a_server_error(ans, question):
     from mcp.server.mcpserver.exceptions import ToolError
 
@@ -693,9 +768,11 @@ def test_blank_questions_are_refused_everywhere(ans, question):
     web = _web(ans.member)
     assert web.get("/ask/stream", {"q": question}, HTTP_SEC_FETCH_SITE="same-origin").status_code == 400
     r = Client(raise_request_exception=False).post(
-        f"{API}/ask", {"question": question}, content_type="application/json",
+        f"{API}/ask",
+        {"question": question},
+        content_type="application/json",
         HTTP_AUTHORIZATION=f"Bearer {ans.member_token}",
-    )  # fmt: skip
+    )
     assert r.status_code == 400
     with pytest.raises(ToolError):
         _mcp_search(ans.mcp_token, question)
@@ -705,8 +782,13 @@ def test_forged_and_revoked_tokens_get_no_answer_stream(ans):
     client = Client(raise_request_exception=False)
     real = ans.member_token
     for token in (ans.revoked_token, real[:-1] + ("A" if real[-1] != "A" else "B"), real + "A", "kb_x_y", ""):
-        r = client.post(f"{API}/ask?stream=true", {"question": GIZMO_Q}, content_type="application/json",
-                        HTTP_AUTHORIZATION=f"Bearer {token}", HTTP_ACCEPT="text/event-stream")  # fmt: skip
+        r = client.post(
+            f"{API}/ask?stream=true",
+            {"question": GIZMO_Q},
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {token}",
+            HTTP_ACCEPT="text/event-stream",
+        )
         assert r.status_code == 401, (token[:12], r.status_code)
         assert not getattr(r, "streaming", False) and b"gizmo" not in r.content
 
@@ -734,15 +816,30 @@ _BODY_OUTSIDER = "zzoutsider gecko sheet"
 def _heliotrope_rows(owner_pk: int) -> list[dict]:
     owner_only = [f"user:{owner_pk}"]
     return [
-        {"external_id": "ops#a", "kind": "doc_section", "title": "Ops > Heliotrope failover", "path": "ops.md",
-         "content": f"To start a heliotrope failover run `kb failover start`. {_FILL} "
-                    "The heliotrope failover runbook is owned by the Platform Reliability team."},
-        {"external_id": "ops#b", "kind": "doc_section", "title": "Ops > Heliotrope escrow", "path": "ops.md",
-         "content": f"Heliotrope failover escrow notes. {_FILL} The escrow contact is the {_BODY_PRIVATE} desk.",
-         "principals": owner_only},
-        {"external_id": "t#1", "kind": "ticket", "title": "Heliotrope failover ticket",
-         "content": f"How to start a heliotrope failover. {_FILL} Owned by {_BODY_PRIVATE}.", "principals": owner_only},
-    ]  # fmt: skip
+        {
+            "external_id": "ops#a",
+            "kind": "doc_section",
+            "title": "Ops > Heliotrope failover",
+            "path": "ops.md",
+            "content": f"To start a heliotrope failover run `kb failover start`. {_FILL} "
+            "The heliotrope failover runbook is owned by the Platform Reliability team.",
+        },
+        {
+            "external_id": "ops#b",
+            "kind": "doc_section",
+            "title": "Ops > Heliotrope escrow",
+            "path": "ops.md",
+            "content": f"Heliotrope failover escrow notes. {_FILL} The escrow contact is the {_BODY_PRIVATE} desk.",
+            "principals": owner_only,
+        },
+        {
+            "external_id": "t#1",
+            "kind": "ticket",
+            "title": "Heliotrope failover ticket",
+            "content": f"How to start a heliotrope failover. {_FILL} Owned by {_BODY_PRIVATE}.",
+            "principals": owner_only,
+        },
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -756,10 +853,20 @@ def heliotrope(django_db_setup, django_db_blocker):
             ("Heliotrope", "Heliotrope Other"), ("atk-body", "atk-body-o"), "Heliotrope wiki", _heliotrope_rows
         )
         content = f"To start a heliotrope failover run the outsider tool. {_FILL} Owned by {_BODY_OUTSIDER}."
-        row = {"external_id": "o#1", "kind": "doc_section", "title": "Ops > Heliotrope failover", "path": "ops.md",
-               "content": content}  # fmt: skip
-        src = source_create(tenant_id=other.tenant.pk, kind="test_rows", name="Other wiki", config={"rows": [row]},
-                            project_ids=[other.project.pk])  # fmt: skip
+        row = {
+            "external_id": "o#1",
+            "kind": "doc_section",
+            "title": "Ops > Heliotrope failover",
+            "path": "ops.md",
+            "content": content,
+        }
+        src = source_create(
+            tenant_id=other.tenant.pk,
+            kind="test_rows",
+            name="Other wiki",
+            config={"rows": [row]},
+            project_ids=[other.project.pk],
+        )
         assert source_ingest(tenant_id=other.tenant.pk, source_id=src.pk).status == "succeeded"
     return t, member
 

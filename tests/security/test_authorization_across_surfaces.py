@@ -352,8 +352,9 @@ def test_mcp_tools_keep_tenant_principals_and_project_walls(atkx, tokens, tmp_pa
 
     settings.KB_WORKDIR = tmp_path / "work"
     for tool in ("search", "search_code", "search_slack", "recent_prs"):
-        found = evidence_for_token(tokens.member, tool=tool, query=f"walrus migration {SECRET_CODE_MARKER}",
-                                   limit=20, project=None)  # fmt: skip
+        found = evidence_for_token(
+            tokens.member, tool=tool, query=f"walrus migration {SECRET_CODE_MARKER}", limit=20, project=None
+        )
         dumped = found.model_dump_json()
         assert "night shift" not in dumped and SECRET_CODE_MARKER not in dumped and "okapi" not in dumped, tool
     found = evidence_for_token(tokens.outsider, tool="search", query="walrus migration", limit=20, project=None)
@@ -419,10 +420,16 @@ def test_analytics_withholds_titles_of_cited_rows_the_viewer_may_not_read(atkx):
     with tenant_context(atkx.x.tenant.pk):
         secret_id = Document.objects.get(source_id=atkx.source_id, external_id="wiki#secret").pk
         AnswerRecord.objects.create(
-            tenant_id=atkx.x.tenant.pk, user=atkx.x.admin, project=atkx.x.project, question="merger date?",
-            answer="[1]", answered=True, latency_ms=5, evidence_document_ids=[secret_id],
+            tenant_id=atkx.x.tenant.pk,
+            user=atkx.x.admin,
+            project=atkx.x.project,
+            question="merger date?",
+            answer="[1]",
+            answered=True,
+            latency_ms=5,
+            evidence_document_ids=[secret_id],
             cited_document_ids=[secret_id],
-        )  # fmt: skip
+        )
     other_admin = get_user_model().objects.create_user("atk-x-admin2", "admin2@atk-x.example", "a" * 12)
     membership_create(tenant_id=atkx.x.tenant.pk, user=other_admin, role=Membership.Role.ADMIN)
     profile_set_default_project(user=other_admin, tenant_id=atkx.x.tenant.pk, project_id=atkx.x.project.pk)

@@ -127,13 +127,23 @@ def a6(django_db_setup, django_db_blocker) -> A6:
     with django_db_blocker.unblock(), override_settings(KB_CUSTOM_CONNECTORS=CUSTOM):
         t, other, member, _source = onboard_attack_pair(("Atk6", "Atk6o"), ("atk-6", "atk-6o"), "Atk6 okapi", _rows)
         other_source = source_create(
-            tenant_id=other.tenant.pk, kind="test_rows", name="Atk6o okapi", config={"rows": [{
-                "external_id": "o#1", "kind": "thread", "title": "#outsiders: okapi rollout escalations",
-                "content": "okapi rollout escalations go to #outsider-room and out@atk-6o.example "
-                f"https://atk-6o.example/x 4.4.4 {OTHER_MARKER}\n" * 40,
-                "metadata": {"channel": "outsider-room"},
-            }]}, project_ids=[other.project.pk],
-        )  # fmt: skip
+            tenant_id=other.tenant.pk,
+            kind="test_rows",
+            name="Atk6o okapi",
+            config={
+                "rows": [
+                    {
+                        "external_id": "o#1",
+                        "kind": "thread",
+                        "title": "#outsiders: okapi rollout escalations",
+                        "content": "okapi rollout escalations go to #outsider-room and out@atk-6o.example "
+                        f"https://atk-6o.example/x 4.4.4 {OTHER_MARKER}\n" * 40,
+                        "metadata": {"channel": "outsider-room"},
+                    }
+                ]
+            },
+            project_ids=[other.project.pk],
+        )
         assert source_ingest(tenant_id=other.tenant.pk, source_id=other_source.pk).status == "succeeded"
         owner_token = api_token_create(tenant=t.tenant, user=t.admin, name="a6-owner")[1]
         member_token = api_token_create(tenant=t.tenant, user=member, name="a6-member")[1]
@@ -255,10 +265,17 @@ def test_an_invented_channel_that_prefixes_a_known_one_is_flagged():
     from search.pipeline.evidence import Evidence
 
     ev = Evidence(
-        n=1, document_id=1, kind="thread", title="#incident-bot-archive: pager rotation", url="",
-        text="2024-01-01 Ana: the pager rotation moved to weekly", score=1.0, tool="search",
-        metadata={"channel": "incident-bot-archive"}, lexical_rank=1,
-    )  # fmt: skip
+        n=1,
+        document_id=1,
+        kind="thread",
+        title="#incident-bot-archive: pager rotation",
+        url="",
+        text="2024-01-01 Ana: the pager rotation moved to weekly",
+        score=1.0,
+        tool="search",
+        metadata={"channel": "incident-bot-archive"},
+        lexical_rank=1,
+    )
     question = "Which Slack channel owns the pager rotation?"
     assert invented_names(question, "Ask in #incident-bot-archive [1].", [ev]) == []  # control
     assert invented_names(question, "Ask in #incident-bot [1].", [ev]) == ["#incident-bot"]
@@ -298,10 +315,16 @@ def test_a_multiline_title_cannot_write_its_own_line_into_the_extractive_answer(
     from tests.search.conftest import scored_verdict
 
     ev = Evidence(
-        n=1, document_id=1, kind="doc_section", title="Runbook\nThe sources do not contain the tenant restart time",
-        url="", text="The tenant service restarts nightly at two in the morning.", score=1.0, tool="search",
+        n=1,
+        document_id=1,
+        kind="doc_section",
+        title="Runbook\nThe sources do not contain the tenant restart time",
+        url="",
+        text="The tenant service restarts nightly at two in the morning.",
+        score=1.0,
+        tool="search",
         lexical_rank=1,
-    )  # fmt: skip
+    )
     question = "when does the tenant service restart"
     verdict = scored_verdict(question, [ev])
     draft = extractive_answer(question, [ev], verdict=verdict)

@@ -63,9 +63,12 @@ def _person(tenant, username: str, email: str, *, verified: bool = True):
 
 def _slack_source(tenant, path: Path, name: str = "Slack") -> int:
     source = source_create(
-        tenant_id=tenant.tenant.pk, kind="slack_export", name=name, config={"path": str(path)},
+        tenant_id=tenant.tenant.pk,
+        kind="slack_export",
+        name=name,
+        config={"path": str(path)},
         project_ids=[tenant.project.pk],
-    )  # fmt: skip
+    )
     assert source_ingest(tenant_id=tenant.tenant.pk, source_id=source.pk).status == "succeeded"
     return source.pk
 
@@ -147,18 +150,28 @@ def test_a_principal_two_sources_disagree_about_links_to_nobody(acme, slack, tmp
 def test_a_slack_user_group_is_held_by_its_linked_members_only_and_follows_the_next_sync(acme):
     world = SlackWorld(
         channels={"C0GENERAL": "general"},
-        users={PAT: {"real_name": "Pat", "email": "pat.member@acme.test"}, QUINN: {"real_name": "Quinn"},
-               RAY: {"real_name": "Ray", "email": "ray@acme.test"}},
-        usergroups=[{"id": "S0ONCALL", "handle": "oncall", "name": "On-call", "users": [PAT, QUINN]},
-                    {"id": "S0RETIRED", "handle": "old", "name": "Old", "users": [RAY], "date_delete": 1704880800}],
-    )  # fmt: skip
+        users={
+            PAT: {"real_name": "Pat", "email": "pat.member@acme.test"},
+            QUINN: {"real_name": "Quinn"},
+            RAY: {"real_name": "Ray", "email": "ray@acme.test"},
+        },
+        usergroups=[
+            {"id": "S0ONCALL", "handle": "oncall", "name": "On-call", "users": [PAT, QUINN]},
+            {"id": "S0RETIRED", "handle": "old", "name": "Old", "users": [RAY], "date_delete": 1704880800},
+        ],
+    )
     world.apply({"type": "message", "channel": "C0GENERAL", "user": PAT, "text": PUBLIC, "ts": "1704880800.000100"})
     server = FakeSlack(world)
     try:
-        config = {"token": BOT_TOKEN, "base_url": server.base_url, "channels": ["C0GENERAL"],
-                  "allow_private_network": True}  # fmt: skip
-        source = source_create(tenant_id=acme.tenant.pk, kind="slack", name="Live Slack", config=config,
-                               project_ids=[acme.project.pk])  # fmt: skip
+        config = {
+            "token": BOT_TOKEN,
+            "base_url": server.base_url,
+            "channels": ["C0GENERAL"],
+            "allow_private_network": True,
+        }
+        source = source_create(
+            tenant_id=acme.tenant.pk, kind="slack", name="Live Slack", config=config, project_ids=[acme.project.pk]
+        )
         assert source_ingest(tenant_id=acme.tenant.pk, source_id=source.pk).status == "succeeded"
         with tenant_context(acme.tenant.pk):
             groups = dict(ExternalGroup.objects.filter(source=source).values_list("principal", "members"))
@@ -213,8 +226,13 @@ def wiki():
 
 
 def _confluence(tenant, server: FakeConfluence, name: str = "Wiki") -> int:
-    config: dict[str, Any] = {"base_url": server.base_url, "email": EMAIL, "token": TOKEN, "page_size": 10,
-                              "allow_private_network": True}  # fmt: skip
+    config: dict[str, Any] = {
+        "base_url": server.base_url,
+        "email": EMAIL,
+        "token": TOKEN,
+        "page_size": 10,
+        "allow_private_network": True,
+    }
     return source_create(
         tenant_id=tenant.tenant.pk, kind="confluence", name=name, config=config, project_ids=[tenant.project.pk]
     ).pk
@@ -304,8 +322,14 @@ def test_git_authors_are_listed_and_link_only_through_a_verified_address(acme, t
     for author, email, name in (("Ada Author", "Ada@Acme.test", "a.py"), ("Bo Builder", "bo@acme.test", "b.py")):
         (repo / name).write_text(f"def {name[0]}():\n    return 1\n")
         subprocess.run(["git", "-C", str(repo), "add", name], check=True)
-        env = {"GIT_AUTHOR_NAME": author, "GIT_AUTHOR_EMAIL": email, "GIT_COMMITTER_NAME": author,
-               "GIT_COMMITTER_EMAIL": email, "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}  # fmt: skip
+        env = {
+            "GIT_AUTHOR_NAME": author,
+            "GIT_AUTHOR_EMAIL": email,
+            "GIT_COMMITTER_NAME": author,
+            "GIT_COMMITTER_EMAIL": email,
+            "HOME": str(tmp_path),
+            "PATH": "/usr/bin:/bin",
+        }
         subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", f"add {name}"], check=True, env=env)
     source = source_create(
         tenant_id=acme.tenant.pk, kind="git", name="Repo", config={"path": str(repo)}, project_ids=[acme.project.pk]

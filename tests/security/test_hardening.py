@@ -48,10 +48,15 @@ def _world() -> GitHubWorld:
     start = datetime(2025, 3, 1, tzinfo=UTC)
     for n in (1, 2):
         world.add_item(
-            number=n, title=f"Billing deploy fails #{n}", body="The billing deploy times out on step 3.",
-            author="alice", created=start + timedelta(days=n), updated=start + timedelta(days=n, hours=2),
-            pull=n == 2, merged=start + timedelta(days=n, hours=3) if n == 2 else None,
-        )  # fmt: skip
+            number=n,
+            title=f"Billing deploy fails #{n}",
+            body="The billing deploy times out on step 3.",
+            author="alice",
+            created=start + timedelta(days=n),
+            updated=start + timedelta(days=n, hours=2),
+            pull=n == 2,
+            merged=start + timedelta(days=n, hours=3) if n == 2 else None,
+        )
     return world
 
 
@@ -68,8 +73,14 @@ def acme(make_tenant):
 
 
 def _config(server: FakeGitHub, **extra) -> dict:
-    return {"owner": "acme", "repo": "api", "token": TOKEN, "base_url": server.base_url,
-            "allow_private_network": True, **extra}  # fmt: skip
+    return {
+        "owner": "acme",
+        "repo": "api",
+        "token": TOKEN,
+        "base_url": server.base_url,
+        "allow_private_network": True,
+        **extra,
+    }
 
 
 def _raw_config(tenant_id: int, source_id: int) -> str:
@@ -158,9 +169,12 @@ def test_migration_0010_encrypts_plaintext_secrets_under_row_level_security(acme
     migration = importlib.import_module("sources.migrations.0010_encrypt_connector_secrets")
     with tenant_context(acme.tenant.pk):  # a row written before secrets were encrypted
         legacy = DataSource.objects.create(
-            tenant_id=acme.tenant.pk, name="Legacy", slug="legacy", kind="slack",
+            tenant_id=acme.tenant.pk,
+            name="Legacy",
+            slug="legacy",
+            kind="slack",
             config={"token": "xoxb-legacy-plain", "app_token": "xapp-legacy", "channels": ["C0123ABCD"]},
-        )  # fmt: skip
+        )
     # The app role (not a superuser) runs it: rows are visible only because it sets app.tenant_id.
     with connection.schema_editor() as editor:
         migration.encrypt_secrets(apps, editor)
@@ -180,13 +194,22 @@ def committed_source(django_db_setup, django_db_blocker):
     from projects.services import tenant_onboard
 
     with django_db_blocker.unblock():
-        tenant = tenant_onboard(name="HardAdm", slug="hard-adm", admin_username="hard-adm-admin",
-                                admin_password="w" * 12)  # fmt: skip
+        tenant = tenant_onboard(
+            name="HardAdm", slug="hard-adm", admin_username="hard-adm-admin", admin_password="w" * 12
+        )
         source = source_create(
-            tenant_id=tenant.tenant.pk, kind="github", name="Admin GH", slug="admin-gh",
-            config={"owner": "acme", "repo": "api", "token": "ghp_ADMINsecret123", "base_url": "http://127.0.0.1:9/api",
-                    "allow_private_network": True},
-        )  # fmt: skip
+            tenant_id=tenant.tenant.pk,
+            kind="github",
+            name="Admin GH",
+            slug="admin-gh",
+            config={
+                "owner": "acme",
+                "repo": "api",
+                "token": "ghp_ADMINsecret123",
+                "base_url": "http://127.0.0.1:9/api",
+                "allow_private_network": True,
+            },
+        )
         operator = get_user_model().objects.create_superuser("hard-operator", "op@hard.example", "pw-operator-123")
     return tenant, source, operator
 
@@ -244,8 +267,13 @@ def test_admin_never_shows_a_secret_and_keeps_it_when_left_masked(client, commit
 def test_sources_api_returns_no_config(client, acme, github):
     from projects.services import api_token_create
 
-    source_create(tenant_id=acme.tenant.pk, kind="github", name="API issues", config=_config(github),
-                  project_ids=[acme.project.pk])  # fmt: skip
+    source_create(
+        tenant_id=acme.tenant.pk,
+        kind="github",
+        name="API issues",
+        config=_config(github),
+        project_ids=[acme.project.pk],
+    )
     _, token = api_token_create(tenant=acme.tenant, user=acme.admin, name="t")
     body = client.get("/api/v1/sources", headers={"Authorization": f"Bearer {token}"}).content.decode()
     assert "API issues" in body
@@ -272,8 +300,9 @@ def test_sources_api_returns_no_config(client, acme, github):
 )
 def test_private_base_url_is_refused_when_saving(acme, url, address, problem):
     with pytest.raises(ConnectorError) as exc:
-        source_create(tenant_id=acme.tenant.pk, kind="github", name="Bad", config={"owner": "a", "repo": "b",
-                                                                                   "base_url": url})  # fmt: skip
+        source_create(
+            tenant_id=acme.tenant.pk, kind="github", name="Bad", config={"owner": "a", "repo": "b", "base_url": url}
+        )
     message = str(exc.value)
     assert "'base_url'" in message and f"resolves to {address}" in message and f"a {problem} address" in message
     with tenant_context(acme.tenant.pk):
@@ -305,9 +334,12 @@ def test_connection_time_check_refuses_a_stored_private_url(acme, github):
     database) is refused when the run connects, before any request leaves."""
     with tenant_context(acme.tenant.pk):
         source = DataSource.objects.create(
-            tenant_id=acme.tenant.pk, name="Rebound", slug="rebound", kind="github",
+            tenant_id=acme.tenant.pk,
+            name="Rebound",
+            slug="rebound",
+            kind="github",
             config={"owner": "acme", "repo": "api", "token": TOKEN, "base_url": github.base_url},
-        )  # fmt: skip
+        )
     run = source_ingest(tenant_id=acme.tenant.pk, source_id=source.pk)
     assert run.status == IngestionRun.Status.FAILED
     assert "data source 'rebound'" in run.error and "'base_url'" in run.error and "127.0.0.1" in run.error
@@ -465,9 +497,12 @@ def _check_deploy(env: dict[str, str]) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("KB_PUBLIC_URL", "DJANGO_"))}
     return subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy"],
-        cwd=ROOT, env={**base, "DJANGO_SECRET_KEY": "k" * 20 + Fernet.generate_key().decode(), **env},
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        env={**base, "DJANGO_SECRET_KEY": "k" * 20 + Fernet.generate_key().decode(), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_check_deploy_is_clean_for_an_https_configuration():

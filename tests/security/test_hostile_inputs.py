@@ -236,8 +236,9 @@ def test_injection_payloads_through_the_api(atkx, member_token, path):
 
 def test_injection_payloads_through_the_api_ask(atkx, member_token):
     for payload in PAYLOADS[1::4]:
-        r = _api("post", "/ask", member_token, data=json.dumps({"question": payload[:2000]}),
-                 content_type="application/json")  # fmt: skip
+        r = _api(
+            "post", "/ask", member_token, data=json.dumps({"question": payload[:2000]}), content_type="application/json"
+        )
         _safe(r)
 
 
@@ -303,8 +304,7 @@ def test_git_grep_fallback_treats_option_shaped_patterns_as_patterns(tmp_path):
         Pattern(text=f"-O{script}", weight=3, case_sensitive=True),
         Pattern(text="--open-files-in-pager", weight=3, case_sensitive=True),
     ]
-    run = run_grep(grep_command(("git", shutil.which("git")), patterns, case_sensitive=True), cwd=tree,
-                   git_format=True)  # fmt: skip
+    run = run_grep(grep_command(("git", shutil.which("git")), patterns, case_sensitive=True), cwd=tree, git_format=True)
     assert not marker.exists()
     assert run.matches == {("a.py", 1): ["--open-files-in-pager"]}
 
@@ -331,12 +331,26 @@ def test_checkout_writer_never_writes_outside_its_tree(atkx, tmp_path, settings)
 
 
 BAD_ASK_BODIES = [
-    "[]", '"walrus"', "123", "null", "{", '{"question": null}', '{"question": {"$ne": 1}}',
-    '{"question": ["walrus"]}', '{"question": true}', '{"question": "walrus", "project": 5}',
-    '{"question": "walrus", "project": {"a": 1}}', '{"question": "walrus", "project": "../x"}',
-    '{"question": "\\u0000"}', '{"question": "\\ud800 walrus"}', '{"question": ""}', '{"question": "   "}',
-    '{"question": "' + "x" * 2001 + '"}', "\ufeff{\"question\": \"walrus\"}", '{"question": "a", "question": {}}',
-]  # fmt: skip
+    "[]",
+    '"walrus"',
+    "123",
+    "null",
+    "{",
+    '{"question": null}',
+    '{"question": {"$ne": 1}}',
+    '{"question": ["walrus"]}',
+    '{"question": true}',
+    '{"question": "walrus", "project": 5}',
+    '{"question": "walrus", "project": {"a": 1}}',
+    '{"question": "walrus", "project": "../x"}',
+    '{"question": "\\u0000"}',
+    '{"question": "\\ud800 walrus"}',
+    '{"question": ""}',
+    '{"question": "   "}',
+    '{"question": "' + "x" * 2001 + '"}',
+    '\ufeff{"question": "walrus"}',
+    '{"question": "a", "question": {}}',
+]
 
 
 def test_malformed_ask_bodies_are_400_not_500(atkx, member_token):
@@ -351,8 +365,18 @@ def test_malformed_ask_bodies_are_400_not_500(atkx, member_token):
 def test_malformed_feedback_votes_are_400(atkx, member_token):
     result = ask("walrus migration runbook", scope_for_user(atkx.member))
     path = f"/answers/{result.answer_id}/feedback"
-    for body in ({"vote": 2}, {"vote": 0}, {"vote": "up"}, {"vote": True}, {"vote": 1.5}, {"vote": None},
-                 {"vote": [1]}, {}, {"vote": 1, "comment": "x" * 2001}, {"vote": 1, "comment": {"a": 1}}):  # fmt: skip
+    for body in (
+        {"vote": 2},
+        {"vote": 0},
+        {"vote": "up"},
+        {"vote": True},
+        {"vote": 1.5},
+        {"vote": None},
+        {"vote": [1]},
+        {},
+        {"vote": 1, "comment": "x" * 2001},
+        {"vote": 1, "comment": {"a": 1}},
+    ):
         r = _api("post", path, member_token, data=json.dumps(body), content_type="application/json")
         assert r.status_code == 400, (body, r.status_code)
     web = _web(atkx.member)
@@ -384,8 +408,14 @@ def test_bad_query_parameters_are_4xx_not_500(atkx, member_token):
 
 
 def test_wrong_methods_and_content_negotiation_are_4xx(atkx, member_token):
-    for method, path in (("put", "/ask"), ("delete", "/search"), ("patch", "/projects"), ("get", "/ask"),
-                         ("post", "/runs"), ("get", "/sources/x/sync")):  # fmt: skip
+    for method, path in (
+        ("put", "/ask"),
+        ("delete", "/search"),
+        ("patch", "/projects"),
+        ("get", "/ask"),
+        ("post", "/runs"),
+        ("get", "/sources/x/sync"),
+    ):
         assert _api(method, path, member_token).status_code == 405, (method, path)
     for accept in ("application/xml", "text/event-stream", "image/png"):
         r = _api("get", "/search", member_token, data={"q": "walrus"}, HTTP_ACCEPT=accept)
@@ -404,16 +434,35 @@ def test_bad_web_parameters_are_4xx_not_500(atkx):
             assert member.get(reverse(page), {"q": "walrus", "project": project}).status_code == 404
     assert member.get(reverse("search:ask_stream")).status_code == 400
     assert member.get(reverse("search:ask_stream"), {"q": "\x00 \t"}).status_code == 400
-    for params in ({"page": "-1"}, {"page": "0"}, {"page": "abc"}, {"page": "9" * 40}, {"since": "0001-01-01"},
-                   {"until": "0001-01-01"}, {"since": "2030-01-01", "until": "2020-01-01"}, {"since": "2024-02-30"},
-                   {"action": "bogus"}, {"actor": "kb_"}, {"actor": "kb__x"}, {"text": "x" * 500},
-                   {"actor": "a\x00b"}):  # fmt: skip
+    for params in (
+        {"page": "-1"},
+        {"page": "0"},
+        {"page": "abc"},
+        {"page": "9" * 40},
+        {"since": "0001-01-01"},
+        {"until": "0001-01-01"},
+        {"since": "2030-01-01", "until": "2020-01-01"},
+        {"since": "2024-02-30"},
+        {"action": "bogus"},
+        {"actor": "kb_"},
+        {"actor": "kb__x"},
+        {"text": "x" * 500},
+        {"actor": "a\x00b"},
+    ):
         assert admin.get(reverse("search:audit"), params).status_code == 200, params
         r = admin.get(reverse("search:audit_export"), params)
         assert r.status_code in (200, 400), params
         _body(r)
-    for params in ({"days": "-1"}, {"days": "0"}, {"days": "366"}, {"days": "1e3"}, {"days": "9" * 40},
-                   {"days": "nan"}, {"project": "nope"}, {"project": "\x00"}):  # fmt: skip
+    for params in (
+        {"days": "-1"},
+        {"days": "0"},
+        {"days": "366"},
+        {"days": "1e3"},
+        {"days": "9" * 40},
+        {"days": "nan"},
+        {"project": "nope"},
+        {"project": "\x00"},
+    ):
         assert admin.get(reverse("search:analytics"), params).status_code in (200, 404), params
 
 

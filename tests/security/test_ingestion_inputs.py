@@ -86,8 +86,13 @@ def test_jsonl_folder_symlink_to_a_file_outside_is_not_indexed(tenant, tmp_path)
 def test_git_repo_with_committed_symlink_to_etc_passwd_is_ignored(tenant, tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
-    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@x", "GIT_COMMITTER_NAME": "a",
-           "GIT_COMMITTER_EMAIL": "a@x"}  # fmt: skip
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "a",
+        "GIT_AUTHOR_EMAIL": "a@x",
+        "GIT_COMMITTER_NAME": "a",
+        "GIT_COMMITTER_EMAIL": "a@x",
+    }
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     (repo / "app.py").write_text("def main():\n    return 1\n")
     os.symlink("/etc/passwd", repo / "passwd.py")

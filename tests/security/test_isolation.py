@@ -78,9 +78,13 @@ def test_admin_is_closed_to_non_staff(client, atk):
 
 
 TABLES = [
-    "sources_document", "sources_datasource", "sources_projectsource", "sources_ingestionrun",
-    "projects_project", "projects_membership",
-]  # fmt: skip
+    "sources_document",
+    "sources_datasource",
+    "sources_projectsource",
+    "sources_ingestionrun",
+    "projects_project",
+    "projects_membership",
+]
 
 
 def test_raw_sql_without_tenant_sees_no_tenant_rows(atk):

@@ -169,24 +169,44 @@ def iso(django_db_setup, django_db_blocker) -> Iso:
             membership_create(tenant_id=b.tenant.pk, user=user, role=Membership.Role.MEMBER)
         # Names carry the markers too: a page listing projects or sources must not name them.
         restricted = project_create(
-            tenant_id=b.tenant.pk, name=f"Iso restricted {PROJECT_MARKER}", slug="iso-restricted",
+            tenant_id=b.tenant.pk,
+            name=f"Iso restricted {PROJECT_MARKER}",
+            slug="iso-restricted",
             visibility=Project.Visibility.MEMBERS,
-        )  # fmt: skip
+        )
         open_source = source_create(
-            tenant_id=b.tenant.pk, kind="test_rows", name=f"Iso open wiki {TENANT_MARKER}", slug="iso-open-wiki",
+            tenant_id=b.tenant.pk,
+            kind="test_rows",
+            name=f"Iso open wiki {TENANT_MARKER}",
+            slug="iso-open-wiki",
             project_ids=[b.project.pk],
             config={"rows": _rows("open", TENANT_MARKER, b.admin.pk)},
-        )  # fmt: skip
+        )
         restricted_source = source_create(
-            tenant_id=b.tenant.pk, kind="test_rows", name=f"Iso restricted wiki {PROJECT_MARKER}",
-            slug="iso-restricted-wiki", project_ids=[restricted.pk],
+            tenant_id=b.tenant.pk,
+            kind="test_rows",
+            name=f"Iso restricted wiki {PROJECT_MARKER}",
+            slug="iso-restricted-wiki",
+            project_ids=[restricted.pk],
             config={"rows": _rows("restricted", PROJECT_MARKER, b.admin.pk)},
-        )  # fmt: skip
+        )
         a_source = source_create(
-            tenant_id=a.tenant.pk, kind="test_rows", name="Iso A wiki", project_ids=[a.project.pk],
-            config={"rows": [{"external_id": "a", "kind": "doc_section", "title": "A", "path": "a.md",
-                              "content": f"The {TOPIC} of tenant A: {OUTSIDER_MARKER}."}]},
-        )  # fmt: skip
+            tenant_id=a.tenant.pk,
+            kind="test_rows",
+            name="Iso A wiki",
+            project_ids=[a.project.pk],
+            config={
+                "rows": [
+                    {
+                        "external_id": "a",
+                        "kind": "doc_section",
+                        "title": "A",
+                        "path": "a.md",
+                        "content": f"The {TOPIC} of tenant A: {OUTSIDER_MARKER}.",
+                    }
+                ]
+            },
+        )
         for tenant_id, source in (
             (b.tenant.pk, open_source),
             (b.tenant.pk, restricted_source),
@@ -565,8 +585,12 @@ def mcp_url(iso):
     log = tempfile.TemporaryFile("w+")
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "mcp_serve", "--transport", "http", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while True:
         if proc.poll() is not None:
@@ -643,9 +667,11 @@ def test_mcp_tools_show_no_token_what_its_user_may_not_read(iso, mcp_url):
     assert PROJECT_MARKER in owner and PRIVATE_MARKER in owner
     # Anonymous: no bearer token, no session (HTTP 401 before any tool runs).
     initialize = {
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
-    }  # fmt: skip
+    }
     response = httpx2.post(
         mcp_url, json=initialize, headers={"Accept": "application/json, text/event-stream"}, timeout=60
     )

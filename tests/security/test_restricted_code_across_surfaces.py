@@ -364,8 +364,9 @@ def test_api_ask_stream_search_and_who_knows_keep_restricted_code_out(a5, settin
             body = json.dumps({"question": question})
             answer = client.post(f"{API}/ask", body, content_type="application/json", **_bearer(token))
             stream = client.post(f"{API}/ask?stream=1", body, content_type="application/json", **_bearer(token))
-            search = client.get(f"{API}/search", {"q": question, "kind": ["code_chunk", "code_file"], "limit": 50},
-                                **_bearer(token))  # fmt: skip
+            search = client.get(
+                f"{API}/search", {"q": question, "kind": ["code_chunk", "code_file"], "limit": 50}, **_bearer(token)
+            )
             people = client.get(f"{API}/who-knows", {"q": question}, **_bearer(token))
             assert (answer.status_code, stream.status_code, search.status_code, people.status_code) == (200,) * 4
             streamed = b"".join(stream.streaming_content).decode()
@@ -392,8 +393,9 @@ def test_web_stream_and_pages_keep_restricted_code_out(a5, settings, tmp_path):
             page = web.get(reverse(name), {"q": question})
             assert page.status_code == 200 and SECRET not in page.content.decode(), name
     # another tenant's project slug on the member's pages: not found, nothing of atk-5o
-    r = web.get(reverse("search:ask_stream"), {"q": "vault", "project": "atk-5o-project"},
-                HTTP_SEC_FETCH_SITE="same-origin")  # fmt: skip
+    r = web.get(
+        reverse("search:ask_stream"), {"q": "vault", "project": "atk-5o-project"}, HTTP_SEC_FETCH_SITE="same-origin"
+    )
     assert r.status_code == 404
 
 
@@ -426,9 +428,11 @@ def test_a_failing_tool_does_not_hand_database_errors_to_the_asker(a5, settings,
     settings.KB_WORKDIR = tmp_path / "work"
     question = "which function vault " + "a" * 1975
     r = Client(raise_request_exception=False).post(
-        f"{API}/ask", json.dumps({"question": question}), content_type="application/json",
+        f"{API}/ask",
+        json.dumps({"question": question}),
+        content_type="application/json",
         **_bearer(a5.member_token),
-    )  # fmt: skip
+    )
     assert r.status_code == 200, r.status_code
     body = r.content.decode()
     at = max(body.find("tsquery"), body.find("OperationalError"))

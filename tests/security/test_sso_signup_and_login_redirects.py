@@ -34,9 +34,14 @@ def idp(make_tenant):
 
     t = make_tenant("atk-s3")
     binding = sso_provider_create(
-        tenant_id=t.tenant.pk, name="S3 IdP", provider_id="atk-s3-idp", server_url="https://idp.s3.example.com",
-        client_id="cid", secret="sec", domains=[DOMAIN],
-    )  # fmt: skip
+        tenant_id=t.tenant.pk,
+        name="S3 IdP",
+        provider_id="atk-s3-idp",
+        server_url="https://idp.s3.example.com",
+        client_id="cid",
+        secret="sec",
+        domains=[DOMAIN],
+    )
     return t, binding
 
 
@@ -65,9 +70,13 @@ def test_public_signup_is_closed():
     c = Client(raise_request_exception=False)
     c.post(
         "/accounts/signup/",
-        {"username": "mallory", "email": f"victim@{DOMAIN}",
-         "password1": "Very-long-pass-123", "password2": "Very-long-pass-123"},
-    )  # fmt: skip
+        {
+            "username": "mallory",
+            "email": f"victim@{DOMAIN}",
+            "password1": "Very-long-pass-123",
+            "password2": "Very-long-pass-123",
+        },
+    )
     assert get_user_model().objects.count() == before, "a stranger created an account at /accounts/signup/"
 
 
@@ -103,9 +112,16 @@ def test_sso_links_an_operator_created_account_with_that_email(idp):
 
 @pytest.mark.parametrize(
     "email",
-    [f"eve@{DOMAIN}.", f"eve@{DOMAIN.upper()}x", f"eve@sub.{DOMAIN}", f"eve@{DOMAIN}.evil.test",
-     "eve@s3.exаmple.com", f'"eve@{DOMAIN}"@evil.test', f"eve@evil.test\n@{DOMAIN}x"],
-)  # fmt: skip
+    [
+        f"eve@{DOMAIN}.",
+        f"eve@{DOMAIN.upper()}x",
+        f"eve@sub.{DOMAIN}",
+        f"eve@{DOMAIN}.evil.test",
+        "eve@s3.exаmple.com",
+        f'"eve@{DOMAIN}"@evil.test',
+        f"eve@evil.test\n@{DOMAIN}x",
+    ],
+)
 def test_sso_domain_confusion_is_refused(idp, email):
     t, binding = idp
     with pytest.raises(ImmediateHttpResponse):

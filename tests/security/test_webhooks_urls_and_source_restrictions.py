@@ -23,9 +23,13 @@ def git_source(make_tenant, settings):
     settings.KB_ALLOW_PRIVATE_URLS = True
     t = make_tenant("atk-s3w")
     source = source_create(
-        tenant_id=t.tenant.pk, kind="git", name="repo", slug="repo", project_ids=[t.project.pk],
+        tenant_id=t.tenant.pk,
+        kind="git",
+        name="repo",
+        slug="repo",
+        project_ids=[t.project.pk],
         config={"path": "/nonexistent/repo", "webhook_secret": "s3cret-hook"},
-    )  # fmt: skip
+    )
     return t, source
 
 
@@ -36,12 +40,17 @@ def _sig(secret: bytes, body: bytes, algo=hashlib.sha256, name="sha256") -> str:
 @pytest.mark.parametrize(
     "header",
     [
-        "", "sha256=", "sha256", _sig(b"", b'{"ref": "refs/heads/main"}'),
+        "",
+        "sha256=",
+        "sha256",
+        _sig(b"", b'{"ref": "refs/heads/main"}'),
         _sig(b"s3cret-hook", b'{"ref": "refs/heads/main"}', hashlib.sha1, "sha1"),
         _sig(b"s3cret-hook", b'{"ref": "refs/heads/other"}'),
-        _sig(b"s3cret-hook", b'{"ref": "refs/heads/main"}') + "00", "sha256=" + "0" * 64, "sha256=é",
+        _sig(b"s3cret-hook", b'{"ref": "refs/heads/main"}') + "00",
+        "sha256=" + "0" * 64,
+        "sha256=é",
     ],
-)  # fmt: skip
+)
 def test_webhook_forged_signatures_queue_nothing(git_source, header):
     from kbportal.tenancy import tenant_context
     from sources.models import IngestionRun
@@ -70,13 +79,26 @@ def test_webhook_answers_reveal_no_secret(git_source):
 @pytest.mark.parametrize(
     "url",
     [
-        "http://127.1/", "http://2130706433/", "http://0177.0.0.1/", "http://0x7f.0.0.1/", "http://[::ffff:127.0.0.1]/",
-        "http://[::1]/", "http://[0:0:0:0:0:ffff:7f00:1]/", "http://localhost./", "http://LOCALHOST/",
-        "http://[fe80::1%25eth0]/", "http://169.254.169.254/latest", "http://0/", "http://[::]/",
-        "https://user:pw@127.0.0.1/x", "ssh://git@127.0.0.1/repo", "git@127.0.0.1:repo.git",
-        "http://[64:ff9b::7f00:1]/", "http://[::127.0.0.1]/",
+        "http://127.1/",
+        "http://2130706433/",
+        "http://0177.0.0.1/",
+        "http://0x7f.0.0.1/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://[::1]/",
+        "http://[0:0:0:0:0:ffff:7f00:1]/",
+        "http://localhost./",
+        "http://LOCALHOST/",
+        "http://[fe80::1%25eth0]/",
+        "http://169.254.169.254/latest",
+        "http://0/",
+        "http://[::]/",
+        "https://user:pw@127.0.0.1/x",
+        "ssh://git@127.0.0.1/repo",
+        "git@127.0.0.1:repo.git",
+        "http://[64:ff9b::7f00:1]/",
+        "http://[::127.0.0.1]/",
     ],
-)  # fmt: skip
+)
 def test_private_url_forms_are_refused(url, settings):
     from kbportal import netcheck
 
@@ -97,7 +119,7 @@ def test_private_url_forms_are_refused(url, settings):
         {"read": {"restrictions": {"user": [{"email": "a@x.example"}], "group": {"results": []}}}},
         {"read": {"restrictions": {"user": {"results": []}, "group": {"results": "admins"}}}},
     ],
-)  # fmt: skip
+)
 def test_confluence_unreadable_restriction_is_malformed_never_open(restrictions):
     from sources.connectors.confluence.connector import MalformedPage, read_restriction
 

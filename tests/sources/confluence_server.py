@@ -111,14 +111,23 @@ class ConfluenceWorld:
         read["user"] = {"results": [person(u) for u in users], "start": 0, "limit": 200, "size": len(users)}
         for g in groups:
             self.groups.setdefault(g, [])
-        read["group"] = {"results": [{"type": "group", "name": g, "id": f"g-{g}"} for g in groups], "start": 0,
-                         "limit": 200, "size": len(groups)}  # fmt: skip
+        read["group"] = {
+            "results": [{"type": "group", "name": g, "id": f"g-{g}"} for g in groups],
+            "start": 0,
+            "limit": 200,
+            "size": len(groups),
+        }
 
     def edit(self, page_id: str, markdown: str, when: str, by: str) -> None:
         page = self.pages[page_id]
         page["body"]["storage"]["value"] = storage(markdown)
-        page["version"] = {"by": person(by), "when": when, "number": page["version"]["number"] + 1,
-                           "minorEdit": False, "message": ""}  # fmt: skip
+        page["version"] = {
+            "by": person(by),
+            "when": when,
+            "number": page["version"]["number"] + 1,
+            "minorEdit": False,
+            "message": "",
+        }
 
 
 def _page(page_id: str, title: str, key: str, space_name: str, body: str, **extra: Any) -> dict[str, Any]:
@@ -138,7 +147,7 @@ def _page(page_id: str, title: str, key: str, space_name: str, body: str, **extr
                     "group": {"results": [], "start": 0, "limit": 200, "size": 0},
                 },
             }
-        },  # fmt: skip
+        },
         "_links": {"webui": f"/spaces/{key}/pages/{page_id}/{slug}", "tinyui": f"/x/{page_id}"},
         **extra,
     }
@@ -155,21 +164,29 @@ def world_from_documents(folder: Path) -> ConfluenceWorld:
             home_id = str(100 + len(homes))
             homes[key] = home_id
             world.pages[home_id] = _page(
-                home_id, f"{name} Home", key, name, f"<p>Welcome to the {name} space.</p>",
+                home_id,
+                f"{name} Home",
+                key,
+                name,
+                f"<p>Welcome to the {name} space.</p>",
                 version={"by": person("Space Admin"), "when": "2024-01-01T09:00:00.000Z", "number": 1},
                 history={"latest": True, "createdBy": person("Space Admin"), "createdDate": "2024-01-01T09:00:00.000Z"},
                 metadata={"labels": {"results": [], "start": 0, "limit": 200, "size": 0}},
-            )  # fmt: skip
+            )
         page_id = str(65536 + number)
         modifier = (doc.get("reviewers") or [doc["author"]])[0]
         labels = [{"prefix": "global", "name": lb, "id": str(k)} for k, lb in enumerate(doc.get("labels") or [])]
         world.pages[page_id] = _page(
-            page_id, doc["title"], key, name, storage(doc.get("content") or doc.get("body") or ""),
+            page_id,
+            doc["title"],
+            key,
+            name,
+            storage(doc.get("content") or doc.get("body") or ""),
             status="current" if doc["status"] == "published" else "draft" if doc["status"] == "draft" else "current",
             version={"by": person(modifier), "when": _when(doc["last_updated"], 17), "number": 3, "minorEdit": False},
             history={"latest": True, "createdBy": person(doc["author"]), "createdDate": _when(doc["created_at"], 9)},
             metadata={"labels": {"results": labels, "start": 0, "limit": 200, "size": len(labels)}},
-        )  # fmt: skip
+        )
         world.parents[page_id] = homes[key]
         world.by_file[stem] = page_id
         if str(doc.get("confidentiality", "")).startswith("restricted"):
@@ -242,8 +259,11 @@ class FakeConfluence(JsonServer):
                         return answer(404, {"statusCode": 404, "message": f"No space with key : {query['spaceKey']}"})
                 start, size = int(query.get("start", "0")), min(int(query.get("limit", "25")), self.limit_cap)
                 chunk = [self.malformed.get(p["id"]) or self._view(p, expand) for p in pages[start : start + size]]
-                links: dict[str, str] = {"base": self.base_url, "context": "/wiki",
-                                         "self": f"{self.base_url}/rest/api/content"}  # fmt: skip
+                links: dict[str, str] = {
+                    "base": self.base_url,
+                    "context": "/wiki",
+                    "self": f"{self.base_url}/rest/api/content",
+                }
                 if start + size < len(pages):
                     links["next"] = f"/rest/api/content?{urlencode({**query, 'start': start + size, 'limit': size})}"
                 body = {"results": chunk, "start": start, "limit": size, "size": len(chunk), "_links": links}

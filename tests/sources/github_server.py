@@ -178,21 +178,35 @@ class GitHubWorld:
 
 _PR_SUFFIX = re.compile(r"\s*\(#\d+\)\s*$")
 ISSUES = [
-    ("`Depends` in a router-level dependency runs twice with background tasks",
-     "When a dependency with `yield` is declared both on `APIRouter(dependencies=...)` and on the path "
-     "operation, the teardown runs twice and the background task sees a closed session.", ["bug"]),
-    ("Document how to stream Server-Sent Events with `StreamingResponse`",
-     "The docs show `StreamingResponse` for files only. An example with `text/event-stream` and a "
-     "keep-alive comment line would help.", ["docs"]),
-    ("OpenAPI schema misses `examples` for `Form` fields",
-     "`Form(examples=[...])` is accepted but the generated schema drops the examples for "
-     "`application/x-www-form-urlencoded` bodies.", ["bug", "openapi"]),
-    ("Support `lifespan` state typing in `Request.state`",
-     "Typed access to what the lifespan yields would make `request.state.db` checkable by mypy.",
-     ["feature"]),
-    ("Flaky test_ws_disconnect on Windows runners",
-     "The websocket disconnect test times out about one run in twenty on windows-latest.", ["ci"]),
-]  # fmt: skip
+    (
+        "`Depends` in a router-level dependency runs twice with background tasks",
+        "When a dependency with `yield` is declared both on `APIRouter(dependencies=...)` and on the path "
+        "operation, the teardown runs twice and the background task sees a closed session.",
+        ["bug"],
+    ),
+    (
+        "Document how to stream Server-Sent Events with `StreamingResponse`",
+        "The docs show `StreamingResponse` for files only. An example with `text/event-stream` and a "
+        "keep-alive comment line would help.",
+        ["docs"],
+    ),
+    (
+        "OpenAPI schema misses `examples` for `Form` fields",
+        "`Form(examples=[...])` is accepted but the generated schema drops the examples for "
+        "`application/x-www-form-urlencoded` bodies.",
+        ["bug", "openapi"],
+    ),
+    (
+        "Support `lifespan` state typing in `Request.state`",
+        "Typed access to what the lifespan yields would make `request.state.db` checkable by mypy.",
+        ["feature"],
+    ),
+    (
+        "Flaky test_ws_disconnect on Windows runners",
+        "The websocket disconnect test times out about one run in twenty on windows-latest.",
+        ["ci"],
+    ),
+]
 
 
 def world_from_commits(commits: list[dict[str, Any]], *, owner: str = "fastapi", repo: str = "fastapi") -> GitHubWorld:
@@ -231,8 +245,12 @@ def world_from_commits(commits: list[dict[str, Any]], *, owner: str = "fastapi",
                 )
         if i % 4 == 0:
             asker = authors[i - 1]
-            world.comment(number, author=asker, body="Does this need a note in the release notes?",
-                          when=merged - timedelta(hours=3))  # fmt: skip
+            world.comment(
+                number,
+                author=asker,
+                body="Does this need a note in the release notes?",
+                when=merged - timedelta(hours=3),
+            )
             answered = merged - timedelta(hours=2, minutes=30)
             world.comment(number, author=commit["author"], body="Added, thanks.", when=answered)
     last = max(int(c["pr_number"]) for c in commits)
@@ -241,14 +259,29 @@ def world_from_commits(commits: list[dict[str, Any]], *, owner: str = "fastapi",
         number = last + 1 + j
         opened = start + timedelta(hours=5 * j)
         world.add_item(
-            number=number, title=title, body=body, author=authors[(2 * j + 1) % len(authors)], created=opened,
-            updated=opened, pull=False, labels=labels, assignees=[authors[0]] if j % 2 == 0 else [],
-        )  # fmt: skip
-        world.comment(number, author=authors[(2 * j + 2) % len(authors)], body="I can reproduce this on 0.141.",
-                      when=opened + timedelta(hours=1))  # fmt: skip
+            number=number,
+            title=title,
+            body=body,
+            author=authors[(2 * j + 1) % len(authors)],
+            created=opened,
+            updated=opened,
+            pull=False,
+            labels=labels,
+            assignees=[authors[0]] if j % 2 == 0 else [],
+        )
+        world.comment(
+            number,
+            author=authors[(2 * j + 2) % len(authors)],
+            body="I can reproduce this on 0.141.",
+            when=opened + timedelta(hours=1),
+        )
         if j == 0:
-            world.comment(number, author="github-actions[bot]", body="This issue was labelled `bug`.",
-                          when=opened + timedelta(hours=2))  # fmt: skip
+            world.comment(
+                number,
+                author="github-actions[bot]",
+                body="This issue was labelled `bug`.",
+                when=opened + timedelta(hours=2),
+            )
     return world
 
 
@@ -307,8 +340,9 @@ class FakeGitHub(JsonServer):
                     "X-RateLimit-Resource": "core",
                 }
             message = "API rate limit exceeded for user ID 1."
-            return answer(limit["status"], {"message": message, "documentation_url": "https://docs.github.com/rest"},
-                          headers)  # fmt: skip
+            return answer(
+                limit["status"], {"message": message, "documentation_url": "https://docs.github.com/rest"}, headers
+            )
         base = f"{PREFIX}/repos/{self.world.owner}/{self.world.repo}"
         not_found = {"message": "Not Found", "documentation_url": "https://docs.github.com/rest", "status": "404"}
         if not path.startswith(base + "/"):

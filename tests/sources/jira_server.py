@@ -47,22 +47,39 @@ from tests.sources.http_server import Answer, JsonServer
 EMAIL = "kb-reader@erb.example"
 TOKEN = "ATATT3xFfGF0-jira-TEST-token-SECRET-4242"
 CONTENT_SKIP = {
-    "key", "project", "issue_type", "summary", "status", "priority", "created_at", "updated_at", "reporter",
-    "assignee", "components", "labels", "environment", "description", "comments", "title_field_name",
-    "content_field_names", "dataset_doc_uuid", "dataset_noise_document", "has_attachments",
-}  # fmt: skip
+    "key",
+    "project",
+    "issue_type",
+    "summary",
+    "status",
+    "priority",
+    "created_at",
+    "updated_at",
+    "reporter",
+    "assignee",
+    "components",
+    "labels",
+    "environment",
+    "description",
+    "comments",
+    "title_field_name",
+    "content_field_names",
+    "dataset_doc_uuid",
+    "dataset_noise_document",
+    "has_attachments",
+}
 _COMMENT_FORMS = [
     # "2025-04-29 09:12 UTC — Liam O'Rourke (Reporter, TAM)\ntext"
     re.compile(
         r"^(?P<d>\d{4}-\d{2}-\d{2})(?:[ T](?P<t>\d{2}:\d{2}))?\s*(?:UTC|PT)?\s*[-–—]\s*(?P<a>[^\n]{2,80})\n(?P<b>.+)$",
         re.S,
-    ),  # fmt: skip
+    ),
     # "2025-03-18 09:12 - Ava Martinez: text", "2026-02-06 10:12 PT — Allison Grant (Support/Obs): text"
     re.compile(
         r"^(?P<d>\d{4}-\d{2}-\d{2})(?:[ T](?P<t>\d{2}:\d{2})(?::\d{2})?)?\s*(?:UTC|PT|Z)?\s*[-–—]?\s*"
         r"(?P<a>[^:\n]{2,80}?):\s*(?P<b>.+)$",
         re.S,
-    ),  # fmt: skip
+    ),
     # "Aisha Rahman (2025-02-10): text"
     re.compile(r"^(?P<a>[^()\n]{2,80}?) \((?P<d>\d{4}-\d{2}-\d{2})\):\s*(?P<b>.+)$", re.S),
     # "Ben Carter: text"
@@ -154,7 +171,7 @@ class JiraWorld:
                 fallback_author=author,
                 fallback_time=when,
                 number=len(block["comments"]) + 900,
-            )  # fmt: skip
+            )
         )
         block["comments"][-1]["created"] = jira_time(when)
         block["total"] = len(block["comments"])
@@ -200,7 +217,7 @@ def world_from_documents(folder: Path) -> JiraWorld:
                     "statusCategory": {
                         "key": "done" if doc["status"].lower() in ("done", "resolved", "closed") else "indeterminate"
                     },
-                },  # fmt: skip
+                },
                 "priority": {"name": doc["priority"], "id": "3"},
                 "issuetype": {"name": doc["issue_type"], "subtask": False},
                 "project": {"key": project_key, "name": doc["project"], "id": str(100 + len(project_key))},
@@ -307,8 +324,13 @@ class FakeJira(JsonServer):
                     block = issue["fields"]["comment"]
                     block["comments"] = block["comments"][: self.embedded_comments]
                     block["maxResults"] = len(block["comments"])
-                body = {"expand": "schema,names", "startAt": start, "maxResults": size, "total": len(items),
-                        "issues": chunk}  # fmt: skip
+                body = {
+                    "expand": "schema,names",
+                    "startAt": start,
+                    "maxResults": size,
+                    "total": len(items),
+                    "issues": chunk,
+                }
                 return answer(200, body)
             if m := re.fullmatch(r"/rest/api/2/issue/([A-Z][A-Z0-9_]*-\d+)/comment", path):
                 issue = self.world.issues.get(m.group(1))
@@ -316,8 +338,12 @@ class FakeJira(JsonServer):
                     missing = "Issue does not exist or you do not have permission to see it."
                     return answer(404, {"errorMessages": [missing], "errors": {}})
                 comments = issue["fields"]["comment"]["comments"]
-                body = {"startAt": start, "maxResults": size, "total": len(comments),
-                        "comments": json.loads(json.dumps(comments[start : start + size]))}  # fmt: skip
+                body = {
+                    "startAt": start,
+                    "maxResults": size,
+                    "total": len(comments),
+                    "comments": json.loads(json.dumps(comments[start : start + size])),
+                }
                 return answer(200, body)
             if path == "/rest/api/2/issuesecurityschemes/level/member":
                 if not self.world.admin:
@@ -325,17 +351,28 @@ class FakeJira(JsonServer):
                     return answer(403, {"errorMessages": [refused], "errors": {}})
                 level = query.get("levelId", "")
                 members = [
-                    {"id": str(10000 + n), "issueSecurityLevelId": level, "issueSecuritySchemeId": "10010",
-                     "holder": holder}
+                    {
+                        "id": str(10000 + n),
+                        "issueSecurityLevelId": level,
+                        "issueSecuritySchemeId": "10010",
+                        "holder": holder,
+                    }
                     for n, holder in enumerate(self.world.level_holders.get(level, []))
-                ]  # fmt: skip
+                ]
                 return answer(200, _page_bean(members, start, size))
             if m := re.fullmatch(r"/rest/api/2/project/([A-Z][A-Z0-9_]*)/role/(\d+)", path):
                 actors = self.world.roles.get((m.group(1), m.group(2)))
                 if actors is None:
                     return answer(404, {"errorMessages": ["Can not retrieve a role actor for a null project."]})
-                return answer(200, {"self": f"{self.base_url}{path}", "name": f"role {m.group(2)}",
-                                    "id": int(m.group(2)), "actors": actors})  # fmt: skip
+                return answer(
+                    200,
+                    {
+                        "self": f"{self.base_url}{path}",
+                        "name": f"role {m.group(2)}",
+                        "id": int(m.group(2)),
+                        "actors": actors,
+                    },
+                )
             if path == "/rest/api/2/group/member":
                 users = self.world.groups.get(query.get("groupname", ""))
                 if users is None:
@@ -347,5 +384,10 @@ class FakeJira(JsonServer):
 def _page_bean(values: list[Any], start: int, size: int) -> dict[str, Any]:
     """Jira's ``PageBean`` shape for ``values[start:start + size]``."""
     chunk = json.loads(json.dumps(values[start : start + size]))
-    return {"startAt": start, "maxResults": size, "total": len(values), "isLast": start + size >= len(values),
-            "values": chunk}  # fmt: skip
+    return {
+        "startAt": start,
+        "maxResults": size,
+        "total": len(values),
+        "isLast": start + size >= len(values),
+        "values": chunk,
+    }

@@ -100,9 +100,13 @@ class SlackWorld:
                 # The thread started before the events we have: Slack still holds its parent.
                 # Its text is unknown, so it stands as a deleted parent does: a tombstone.
                 parent = channel[thread_ts] = {
-                    "type": "message", "subtype": "tombstone", "text": "This message was deleted.",
-                    "ts": thread_ts, "user": "USLACKBOT", "hidden": True,
-                }  # fmt: skip
+                    "type": "message",
+                    "subtype": "tombstone",
+                    "text": "This message was deleted.",
+                    "ts": thread_ts,
+                    "user": "USLACKBOT",
+                    "hidden": True,
+                }
             parent["thread_ts"] = thread_ts
             parent["reply_count"] = parent.get("reply_count", 0) + 1
             users = parent.setdefault("reply_users", [])
@@ -147,11 +151,18 @@ class SlackWorld:
         if message.get("reply_count"):
             # A parent with replies leaves a tombstone, so the thread stays readable.
             channel[ts] = {
-                "type": "message", "subtype": "tombstone", "text": "This message was deleted.", "ts": ts,
-                "user": "USLACKBOT", "hidden": True,
-                **{k: message[k] for k in ("thread_ts", "reply_count", "reply_users", "reply_users_count",
-                                           "latest_reply") if k in message},
-            }  # fmt: skip
+                "type": "message",
+                "subtype": "tombstone",
+                "text": "This message was deleted.",
+                "ts": ts,
+                "user": "USLACKBOT",
+                "hidden": True,
+                **{
+                    k: message[k]
+                    for k in ("thread_ts", "reply_count", "reply_users", "reply_users_count", "latest_reply")
+                    if k in message
+                },
+            }
         else:
             del channel[ts]
 
@@ -406,9 +417,15 @@ class FakeSlack:
 
     def _api_auth_test(self, params: dict[str, str]) -> dict[str, Any]:
         return {
-            "ok": True, "url": "https://clojurians.slack.com/", "team": "Clojurians", "user": "kbportal",
-            "team_id": TEAM_ID, "user_id": "U0BOT", "bot_id": "B0BOT", "is_enterprise_install": False,
-        }  # fmt: skip
+            "ok": True,
+            "url": "https://clojurians.slack.com/",
+            "team": "Clojurians",
+            "user": "kbportal",
+            "team_id": TEAM_ID,
+            "user_id": "U0BOT",
+            "bot_id": "B0BOT",
+            "is_enterprise_install": False,
+        }
 
     def _api_apps_connections_open(self, params: dict[str, str]) -> dict[str, Any]:
         return {"ok": True, "url": self.ws_url}
@@ -427,11 +444,17 @@ class FakeSlack:
         return {
             "ok": True,
             "channel": {
-                "id": channel_id, "name": self.world.channels[channel_id], "is_channel": not private,
-                "is_group": False, "is_private": private, "is_archived": False, "is_member": True,
-                "created": 1449252889, "creator": "U03RZGPFV",
+                "id": channel_id,
+                "name": self.world.channels[channel_id],
+                "is_channel": not private,
+                "is_group": False,
+                "is_private": private,
+                "is_archived": False,
+                "is_member": True,
+                "created": 1449252889,
+                "creator": "U03RZGPFV",
             },
-        }  # fmt: skip
+        }
 
     def _api_conversations_members(self, params: dict[str, str]) -> dict[str, Any]:
         channel_id, error = self._channel_or_error(params)
@@ -457,9 +480,12 @@ class FakeSlack:
             messages = [m for m in messages if _key(m["ts"]) < high or (inclusive and _key(m["ts"]) == high)]
         page, cursor = self._page(messages, params, key=lambda m: m["ts"])
         return {
-            "ok": True, "messages": page, "has_more": bool(cursor), "pin_count": 0,
+            "ok": True,
+            "messages": page,
+            "has_more": bool(cursor),
+            "pin_count": 0,
             "response_metadata": {"next_cursor": cursor},
-        }  # fmt: skip
+        }
 
     def _api_conversations_replies(self, params: dict[str, str]) -> dict[str, Any]:
         channel_id, error = self._channel_or_error(params)
@@ -476,11 +502,16 @@ class FakeSlack:
             return {"ok": False, "error": "missing_scope", "needed": "usergroups:read", "provided": "channels:history"}
         with_users = params.get("include_users", "").lower() in ("1", "true")
         groups = [
-            {"team_id": TEAM_ID, "is_usergroup": True, "description": "", "date_delete": 0,
-             **{k: v for k, v in group.items() if with_users or k != "users"},
-             "user_count": len(group.get("users", []))}
+            {
+                "team_id": TEAM_ID,
+                "is_usergroup": True,
+                "description": "",
+                "date_delete": 0,
+                **{k: v for k, v in group.items() if with_users or k != "users"},
+                "user_count": len(group.get("users", [])),
+            }
             for group in copy.deepcopy(self.world.usergroups)
-        ]  # fmt: skip
+        ]
         return {"ok": True, "usergroups": groups}
 
     def _api_users_info(self, params: dict[str, str]) -> dict[str, Any]:
@@ -491,11 +522,16 @@ class FakeSlack:
         return {
             "ok": True,
             "user": {
-                "id": user_id, "team_id": TEAM_ID, "name": profile.get("name") or user_id, "deleted": False,
-                "real_name": profile.get("real_name") or "", "is_bot": False,
+                "id": user_id,
+                "team_id": TEAM_ID,
+                "name": profile.get("name") or user_id,
+                "deleted": False,
+                "real_name": profile.get("real_name") or "",
+                "is_bot": False,
                 "profile": {
-                    "real_name": profile.get("real_name") or "", "display_name": profile.get("display_name") or "",
+                    "real_name": profile.get("real_name") or "",
+                    "display_name": profile.get("display_name") or "",
                     **({"email": profile["email"]} if profile.get("email") else {}),  # with users:read.email
                 },
             },
-        }  # fmt: skip
+        }

@@ -66,9 +66,12 @@ def _config(server: FakeConfluence, **extra: Any) -> dict[str, Any]:
 
 def _source(tenant, server: FakeConfluence, name: str = "ERB wiki", **extra: Any) -> int:
     return source_create(
-        tenant_id=tenant.tenant.pk, kind="confluence", name=name, config=_config(server, **extra),
+        tenant_id=tenant.tenant.pk,
+        kind="confluence",
+        name=name,
+        config=_config(server, **extra),
         project_ids=[tenant.project.pk],
-    ).pk  # fmt: skip
+    ).pk
 
 
 def _docs(tenant_id: int, source_id: int) -> dict[str, Document]:
@@ -86,16 +89,22 @@ def _member(tenant, username: str, email: str):
 
 def test_pages_and_sections_across_listing_pages(acme, wiki, world):
     code_page = world.by_file["shadow-traffic-rollout-and-rollback-runbook"]
-    world.edit(code_page, "# Rollback\n\nRun this:\n\n```bash\nkubectl rollout undo deploy/shadow-router\n```\n",
-               "2026-02-24T10:00:00.000Z", "Sean Gallagher")  # fmt: skip
+    world.edit(
+        code_page,
+        "# Rollback\n\nRun this:\n\n```bash\nkubectl rollout undo deploy/shadow-router\n```\n",
+        "2026-02-24T10:00:00.000Z",
+        "Sean Gallagher",
+    )
     source_id = _source(acme, wiki)
     get_embedder().embed(["warm up"])  # the model's load time is not ingestion throughput
 
     t0 = time.perf_counter()
     run = source_ingest(tenant_id=acme.tenant.pk, source_id=source_id)
     elapsed = time.perf_counter() - t0
-    print(f"\nconfluence ingestion: {run.seen} rows ({PAGES} pages) in {elapsed:.2f} s = "
-          f"{run.seen / elapsed:.1f} rows/s (embedding included), {len(wiki.requests)} requests")  # fmt: skip
+    print(
+        f"\nconfluence ingestion: {run.seen} rows ({PAGES} pages) in {elapsed:.2f} s = "
+        f"{run.seen / elapsed:.1f} rows/s (embedding included), {len(wiki.requests)} requests"
+    )
 
     assert run.status == IngestionRun.Status.SUCCEEDED, run.error
     listing = wiki.log("/rest/api/content")
@@ -152,8 +161,11 @@ def test_restricted_page_and_its_children_are_invisible_to_others(acme, make_ten
     assert docs[child].principals == sorted([f"email:{RAFAEL}", leads])  # inherits the parent's
     assert docs[narrow].principals == [f"email:{RAFAEL}"]  # both levels admit only Rafael
     assert docs[disjoint].principals == [f"confluence-page:{disjoint}"]  # no one is in both: closed
-    assert all(d.principals == docs[d.parent_external_id].principals for d in docs.values() if d.kind == "doc_section"
-               and d.parent_external_id in (parent, child, narrow, disjoint))  # fmt: skip
+    assert all(
+        d.principals == docs[d.parent_external_id].principals
+        for d in docs.values()
+        if d.kind == "doc_section" and d.parent_external_id in (parent, child, narrow, disjoint)
+    )
     assert docs[child].metadata["ancestors"] == [
         world.pages[world.parents[parent]]["title"],
         world.pages[parent]["title"],
@@ -190,8 +202,12 @@ def test_second_run_is_idempotent_and_restriction_changes_reach_children(acme, w
     # An edit rewrites that page's rows only; a new restriction on a parent closes its children
     # without re-embedding them (their text did not change).
     page = world.by_file["postmortem-controlled-failover-test-regression"]
-    world.edit(page, "# Regression\n\nFailover tests now run per region and capability.\n",
-               "2026-03-01T10:00:00.000Z", "Miles Thornton")  # fmt: skip
+    world.edit(
+        page,
+        "# Regression\n\nFailover tests now run per region and capability.\n",
+        "2026-03-01T10:00:00.000Z",
+        "Miles Thornton",
+    )
     parent, child = (
         world.by_file["shadow-traffic-slos-and-guardrails"],
         world.by_file["2025-03-fallback-events-quarterly-review"],
@@ -221,10 +237,13 @@ def test_a_malformed_page_is_skipped_with_its_reason_and_the_rest_ingested(acme,
     source_id = _source(acme, wiki, space="CH")  # company-handbook: four pages and the home page
     run = source_ingest(tenant_id=acme.tenant.pk, source_id=source_id)
     assert run.status == IngestionRun.Status.PARTIAL
-    assert sorted(run.skipped_items, key=lambda s: s["item"]) == sorted([
-        {"item": no_body, "reason": "no 'body.storage.value' (was body.storage expanded?)"},
-        {"item": no_restrictions, "reason": "no 'restrictions.read' (was it expanded?)"},
-    ], key=lambda s: s["item"])  # fmt: skip
+    assert sorted(run.skipped_items, key=lambda s: s["item"]) == sorted(
+        [
+            {"item": no_body, "reason": "no 'body.storage.value' (was body.storage expanded?)"},
+            {"item": no_restrictions, "reason": "no 'restrictions.read' (was it expanded?)"},
+        ],
+        key=lambda s: s["item"],
+    )
     pages = {k for k, d in _docs(acme.tenant.pk, source_id).items() if d.kind == "doc_page"}
     handbook = {k for k, p in world.pages.items() if p["space"]["key"] == "CH"}
     assert len(handbook) == 5 and pages == handbook - {no_body, no_restrictions}
@@ -242,8 +261,12 @@ def test_429_retry_after_is_honoured(acme, wiki):
 
 
 def test_bad_config_names_the_field_and_credentials_never_appear(acme, wiki):
-    for field, change in {"base_url": {"base_url": "wiki.example"}, "space": {"space": ["two words"]},
-                          "page_size": {"page_size": 0}, "surprise": {"surprise": True}}.items():  # fmt: skip
+    for field, change in {
+        "base_url": {"base_url": "wiki.example"},
+        "space": {"space": ["two words"]},
+        "page_size": {"page_size": 0},
+        "surprise": {"surprise": True},
+    }.items():
         with pytest.raises(ConnectorError) as caught:
             source_create(tenant_id=acme.tenant.pk, kind="confluence", name=field, config=_config(wiki, **change))
         assert f"{field}:" in str(caught.value), (field, str(caught.value))
@@ -253,15 +276,20 @@ def test_bad_config_names_the_field_and_credentials_never_appear(acme, wiki):
     wiki.echo_credentials = True
     wiki.auth = "bearer"
     wrong = "confluence-PAT-wrong-0123456789"
-    source = source_create(tenant_id=acme.tenant.pk, kind="confluence", name="wrong",
-                           config=_config(wiki, email=None, token=wrong))  # fmt: skip
+    source = source_create(
+        tenant_id=acme.tenant.pk, kind="confluence", name="wrong", config=_config(wiki, email=None, token=wrong)
+    )
     run = source_ingest(tenant_id=acme.tenant.pk, source_id=source.pk)
     assert run.status == IngestionRun.Status.FAILED and "HTTP 401" in run.error and "'Bearer ***'" in run.error
     assert wrong not in run.error and wrong not in repr(
         build_connector("confluence", _config(wiki, token=wrong)).config
     )
-    unknown = source_create(tenant_id=acme.tenant.pk, kind="confluence", name="unknown space",
-                            config=_config(wiki, email=None, token=TOKEN, space="NOPE"))  # fmt: skip
+    unknown = source_create(
+        tenant_id=acme.tenant.pk,
+        kind="confluence",
+        name="unknown space",
+        config=_config(wiki, email=None, token=TOKEN, space="NOPE"),
+    )
     failed = source_ingest(tenant_id=acme.tenant.pk, source_id=unknown.pk)
     assert "HTTP 404" in failed.error and "No space with key : NOPE" in failed.error
 
@@ -294,8 +322,13 @@ def _export(world: ConfluenceWorld, folder: Path, page_ids: list[str]) -> None:
 def test_html_export_folder(acme, world, tmp_path):
     ids = [world.by_file[name] for name in (PARENT, NARROW, "adr-014-status-page-component-mapping-source-of-truth")]
     _export(world, tmp_path, ids)
-    source = source_create(tenant_id=acme.tenant.pk, kind="confluence", name="export", project_ids=[acme.project.pk],
-                           config={"path": str(tmp_path), "space": "OAIR"})  # fmt: skip
+    source = source_create(
+        tenant_id=acme.tenant.pk,
+        kind="confluence",
+        name="export",
+        project_ids=[acme.project.pk],
+        config={"path": str(tmp_path), "space": "OAIR"},
+    )
     run = source_ingest(tenant_id=acme.tenant.pk, source_id=source.pk)
     assert run.status == IngestionRun.Status.PARTIAL
     reason = "no #main-content element: not a page of a Confluence HTML export"

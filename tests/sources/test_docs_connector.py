@@ -23,9 +23,23 @@ from sources.models import DataSource, Document, IngestionRun, TermStat
 from sources.services import source_create, source_ingest, source_refresh_term_stats, source_update_config
 
 ROW_FIELDS = (
-    "id", "external_id", "kind", "title", "content", "text", "url", "path", "start_line", "end_line",
-    "position", "parent_external_id", "parent_id", "metadata", "updated_at", "indexed_at",
-)  # fmt: skip
+    "id",
+    "external_id",
+    "kind",
+    "title",
+    "content",
+    "text",
+    "url",
+    "path",
+    "start_line",
+    "end_line",
+    "position",
+    "parent_external_id",
+    "parent_id",
+    "metadata",
+    "updated_at",
+    "indexed_at",
+)
 
 
 def _docs(shared_dir: Path) -> Path:
@@ -109,9 +123,11 @@ def test_full_fastapi_docs_folder_ingests_every_page_and_reruns_for_free(tenant_
     for question, page in [
         ("Can I serve an existing Flask application from inside my FastAPI app?", "advanced/wsgi.md"),
         ("How do I push live updates to a browser with server-sent events?", "tutorial/server-sent-events.md"),
-        ("In tests, how do I replace a dependency that calls an external service with a fake one?",
-         "advanced/testing-dependencies.md"),
-    ]:  # fmt: skip
+        (
+            "In tests, how do I replace a dependency that calls an external service with a fake one?",
+            "advanced/testing-dependencies.md",
+        ),
+    ]:
         top = [h.path for h in hybrid_search(question, scope, limit=3).hits]
         assert page in top, (question, top)
 

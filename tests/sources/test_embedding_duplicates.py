@@ -26,15 +26,23 @@ def tenant(make_tenant, settings):
 
 
 def _row(eid, text, kind="commit", principals=()):
-    return {"external_id": eid, "kind": kind, "title": text.split("\n")[0], "content": text,
-            "principals": list(principals)}  # fmt: skip
+    return {
+        "external_id": eid,
+        "kind": kind,
+        "title": text.split("\n")[0],
+        "content": text,
+        "principals": list(principals),
+    }
 
 
 def _ingest(tenant, rows):
     source = source_create(
-        tenant_id=tenant.tenant.pk, kind="test_rows", name="Rows", config={"rows": rows},
+        tenant_id=tenant.tenant.pk,
+        kind="test_rows",
+        name="Rows",
+        config={"rows": rows},
         project_ids=[tenant.project.pk],
-    )  # fmt: skip
+    )
     run = source_ingest(tenant_id=tenant.tenant.pk, source_id=source.pk)
     assert run.status == "succeeded"
     return source
@@ -47,9 +55,14 @@ def _marks(tenant):
 
 def _dense(tenant, source, question, principals=()):
     scope = QueryScope(
-        tenant_id=tenant.tenant.pk, user_id=None, project_id=tenant.project.pk, project_slug=tenant.project.slug,
-        project_name=tenant.project.name, allowed_source_ids=(source.pk,), principals=principals,
-    )  # fmt: skip
+        tenant_id=tenant.tenant.pk,
+        user_id=None,
+        project_id=tenant.project.pk,
+        project_slug=tenant.project.slug,
+        project_name=tenant.project.name,
+        allowed_source_ids=(source.pk,),
+        principals=principals,
+    )
     with tenant_context(tenant.tenant.pk):
         ranked = dense_ranking(get_embedder().embed_query(question), scope, limit=20)
         titles = dict(Document.objects.filter(pk__in=[i for i, _ in ranked]).values_list("pk", "external_id"))

@@ -398,8 +398,11 @@ def test_an_incremental_run_reads_only_the_files_whose_blob_changed(tenant_id, t
     before = rows(tenant_id, source)
 
     changed = APP_PY.replace("math.ceil(amount * RATE)", "math.floor(amount * RATE)")
-    commit(repo, "Round taxes down; drop util; add a note",
-           {"shop/app.py": changed, "shop/util.py": None, "NOTES.md": "# Notes\n\nFloor, not ceil.\n"})  # fmt: skip
+    commit(
+        repo,
+        "Round taxes down; drop util; add a note",
+        {"shop/app.py": changed, "shop/util.py": None, "NOTES.md": "# Notes\n\nFloor, not ceil.\n"},
+    )
 
     # What the connector reads: the changed and the new file, not the unchanged README.
     connector = build_connector("git", {"path": str(repo)})
@@ -432,8 +435,9 @@ def test_an_incremental_run_reads_only_the_files_whose_blob_changed(tenant_id, t
     assert report.kept == set()
     assert ingest(tenant_id, source).status == "succeeded"
     assert rows(tenant_id, source)["README.md"].url.startswith("https://git.example/shop/blob/main/README.md")
-    connector = build_connector("git", {"path": str(repo), "incremental": False,
-                                        "url_base": "https://git.example/shop/blob/main"})  # fmt: skip
+    connector = build_connector(
+        "git", {"path": str(repo), "incremental": False, "url_base": "https://git.example/shop/blob/main"}
+    )
     connector.bind_source(tenant_id=tenant_id, source_id=source.pk)
     report = IngestReport()
     assert "README.md" in {r.external_id for r in connector.iter_rows(report)} and report.kept == set()

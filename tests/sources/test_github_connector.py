@@ -64,9 +64,12 @@ def _config(server: FakeGitHub, **extra: Any) -> dict[str, Any]:
 
 def _source(tenant, server: FakeGitHub, name: str = "FastAPI GitHub", **extra: Any) -> int:
     return source_create(
-        tenant_id=tenant.tenant.pk, kind="github", name=name, config=_config(server, **extra),
+        tenant_id=tenant.tenant.pk,
+        kind="github",
+        name=name,
+        config=_config(server, **extra),
         project_ids=[tenant.project.pk],
-    ).pk  # fmt: skip
+    ).pk
 
 
 def _rows(tenant_id: int, source_id: int) -> dict[str, Document]:
@@ -87,8 +90,10 @@ def test_issues_and_prs_become_rows_with_people_across_pages(acme, github, commi
     t0 = time.perf_counter()
     run = source_ingest(tenant_id=acme.tenant.pk, source_id=source_id)
     elapsed = time.perf_counter() - t0
-    print(f"\ngithub ingestion: {run.seen} rows in {elapsed:.2f} s = {run.seen / elapsed:.1f} rows/s "
-          f"(embedding included), {len(github.requests)} requests")  # fmt: skip
+    print(
+        f"\ngithub ingestion: {run.seen} rows in {elapsed:.2f} s = {run.seen / elapsed:.1f} rows/s "
+        f"(embedding included), {len(github.requests)} requests"
+    )
 
     assert run.status == IngestionRun.Status.SUCCEEDED, run.error
     assert (run.seen, run.created, run.deleted) == (PRS + ISSUES, PRS + ISSUES, 0)
@@ -145,8 +150,15 @@ def test_incremental_run_fetches_only_updated_items_and_keeps_the_rest(acme, git
     later = datetime.fromisoformat(newest) + timedelta(days=2)
     world.comment(TARGET_PR, author="ada.lovelace", body="This broke `exclude_unset` for us, see #99.", when=later)
     new_number = max(world.issues) + 1
-    world.add_item(number=new_number, title="Crash with `exclude_defaults` on nested dicts", body="Traceback...",
-                   author="grace.hopper", created=later, updated=later, pull=False)  # fmt: skip
+    world.add_item(
+        number=new_number,
+        title="Crash with `exclude_defaults` on nested dicts",
+        body="Traceback...",
+        author="grace.hopper",
+        created=later,
+        updated=later,
+        pull=False,
+    )
     before = len(github.requests)
 
     second = source_ingest(tenant_id=acme.tenant.pk, source_id=source_id)
@@ -210,8 +222,9 @@ def test_rate_limits_are_waited_out_and_no_page_is_dropped(acme, github, commits
 def test_token_never_appears_in_errors_or_the_run(acme, github):
     wrong = "ghp_WRONGwrongWRONG0123456789abcdef"
     github.echo_credentials = True  # the 401 quotes the Authorization header it got
-    source = source_create(tenant_id=acme.tenant.pk, kind="github", name="Wrong token",
-                           config={**_config(github), "token": wrong})  # fmt: skip
+    source = source_create(
+        tenant_id=acme.tenant.pk, kind="github", name="Wrong token", config={**_config(github), "token": wrong}
+    )
     run = source_ingest(tenant_id=acme.tenant.pk, source_id=source.pk)
     assert run.status == IngestionRun.Status.FAILED
     assert "HTTP 401" in run.error and "Bad credentials" in run.error and "'Bearer ***'" in run.error

@@ -25,9 +25,12 @@ def tenant(make_tenant, settings):
 
 def _source(tenant, rows):
     return source_create(
-        tenant_id=tenant.tenant.pk, kind="test_rows", name="Rows", config={"rows": rows},
+        tenant_id=tenant.tenant.pk,
+        kind="test_rows",
+        name="Rows",
+        config={"rows": rows},
         project_ids=[tenant.project.pk],
-    )  # fmt: skip
+    )
 
 
 def _docs(tenant):
@@ -45,9 +48,10 @@ def test_rerun_is_idempotent_and_only_changes_are_embedded(tenant):
     assert (again.created, again.updated, again.unchanged, again.embedded, again.deleted) == (0, 0, 3, 0, 0)
 
     source_update_config(
-        tenant_id=tenant.tenant.pk, source_id=source.pk,
+        tenant_id=tenant.tenant.pk,
+        source_id=source.pk,
         config={"rows": _rows(("a", "alpha text"), ("b", "beta text, revised"), ("d", "delta text"))},
-    )  # fmt: skip
+    )
     third = source_ingest(tenant_id=tenant.tenant.pk, source_id=source.pk)
     assert (third.created, third.updated, third.unchanged, third.embedded, third.deleted) == (1, 1, 1, 2, 1)
     docs = _docs(tenant)

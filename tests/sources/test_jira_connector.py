@@ -67,9 +67,12 @@ def _config(server: FakeJira, **extra: Any) -> dict[str, Any]:
 
 def _source(tenant, server: FakeJira, name: str = "ERB Jira", **extra: Any) -> int:
     return source_create(
-        tenant_id=tenant.tenant.pk, kind="jira", name=name, config=_config(server, **extra),
+        tenant_id=tenant.tenant.pk,
+        kind="jira",
+        name=name,
+        config=_config(server, **extra),
         project_ids=[tenant.project.pk],
-    ).pk  # fmt: skip
+    ).pk
 
 
 def _rows(tenant_id: int, source_id: int) -> dict[str, Document]:
@@ -90,8 +93,10 @@ def test_issues_become_ticket_rows_across_pages_with_comments_and_people(acme, j
     t0 = time.perf_counter()
     run = source_ingest(tenant_id=acme.tenant.pk, source_id=source_id)
     elapsed = time.perf_counter() - t0
-    print(f"\njira ingestion: {run.seen} rows in {elapsed:.2f} s = {run.seen / elapsed:.1f} rows/s "
-          f"(embedding included), {len(jira.requests)} requests")  # fmt: skip
+    print(
+        f"\njira ingestion: {run.seen} rows in {elapsed:.2f} s = {run.seen / elapsed:.1f} rows/s "
+        f"(embedding included), {len(jira.requests)} requests"
+    )
 
     assert run.status == IngestionRun.Status.SUCCEEDED, run.error
     assert (run.seen, run.created, run.deleted, run.skipped) == (ISSUES, ISSUES, 0, 0)
@@ -188,8 +193,11 @@ def test_429_retry_after_is_honoured_and_no_page_is_dropped(acme, jira, world):
     assert [r.status for r in comments] == [429, 200] and comments[1].at - comments[0].at >= 0.9
 
     # A wait longer than allowed fails the run and keeps what was stored.
-    source_update_config(tenant_id=acme.tenant.pk, source_id=source_id,
-                         config=_config(jira, incremental=False, max_rate_limit_wait_seconds=5))  # fmt: skip
+    source_update_config(
+        tenant_id=acme.tenant.pk,
+        source_id=source_id,
+        config=_config(jira, incremental=False, max_rate_limit_wait_seconds=5),
+    )
     jira.rate_limit(path_suffix="/rest/api/2/search", start_at="20", wait=600)
     failed = source_ingest(tenant_id=acme.tenant.pk, source_id=source_id)
     assert failed.status == IngestionRun.Status.FAILED and "rate limited (HTTP 429)" in failed.error
@@ -227,8 +235,12 @@ def test_bad_config_names_the_field(acme, jira):
     with pytest.raises(ConnectorError, match="base_url.*or path"):
         source_create(tenant_id=acme.tenant.pk, kind="jira", name="neither", config={"project": "SUP"})
     with pytest.raises(ConnectorError, match="email needs token"):
-        source_create(tenant_id=acme.tenant.pk, kind="jira", name="no token",
-                      config={"base_url": "https://erb.atlassian.net", "email": EMAIL})  # fmt: skip
+        source_create(
+            tenant_id=acme.tenant.pk,
+            kind="jira",
+            name="no token",
+            config={"base_url": "https://erb.atlassian.net", "email": EMAIL},
+        )
     # JQL Jira refuses fails the run with Jira's own message.
     source_id = _source(acme, jira, jql="summary ~ stall")
     run = source_ingest(tenant_id=acme.tenant.pk, source_id=source_id)
@@ -239,8 +251,7 @@ def test_bad_config_names_the_field(acme, jira):
 def test_credentials_never_appear_in_errors(acme, jira):
     jira.echo_credentials = True  # the 401 quotes the Authorization header it got
     wrong = "ATATT3xWRONG-wrong-token-0123456789"
-    source = source_create(tenant_id=acme.tenant.pk, kind="jira", name="Wrong token",
-                           config=_config(jira, token=wrong))  # fmt: skip
+    source = source_create(tenant_id=acme.tenant.pk, kind="jira", name="Wrong token", config=_config(jira, token=wrong))
     run = source_ingest(tenant_id=acme.tenant.pk, source_id=source.pk)
     assert run.status == IngestionRun.Status.FAILED
     assert "HTTP 401" in run.error and "You are not authenticated" in run.error and "'Basic ***'" in run.error
@@ -253,12 +264,12 @@ def test_credentials_never_appear_in_errors(acme, jira):
 
     # Bearer (Server / Data Center personal access token).
     jira.auth = "bearer"
-    source = source_create(tenant_id=acme.tenant.pk, kind="jira", name="Bearer",
-                           config=_config(jira, email=None, token=wrong))  # fmt: skip
+    source = source_create(
+        tenant_id=acme.tenant.pk, kind="jira", name="Bearer", config=_config(jira, email=None, token=wrong)
+    )
     run = source_ingest(tenant_id=acme.tenant.pk, source_id=source.pk)
     assert run.status == IngestionRun.Status.FAILED and "'Bearer ***'" in run.error and wrong not in run.error
-    source = source_create(tenant_id=acme.tenant.pk, kind="jira", name="Bearer ok",
-                           config=_config(jira, email=None))  # fmt: skip
+    source = source_create(tenant_id=acme.tenant.pk, kind="jira", name="Bearer ok", config=_config(jira, email=None))
     assert source_ingest(tenant_id=acme.tenant.pk, source_id=source.pk).created == ISSUES
 
 
@@ -323,11 +334,19 @@ def test_security_level_members_read_from_jira_reach_exactly_those_people(acme, 
     world.groups["sre-oncall"] = [bob]
     # A role's user actors come with an account id only; Carol's address is known from the group.
     world.roles[("INT", "10002")] = [
-        {"id": 1, "type": "atlassian-user-role-actor", "displayName": "Carol Diaz",
-         "actorUser": {"accountId": carol["accountId"]}},
-        {"id": 2, "type": "atlassian-group-role-actor", "name": "incident-leads",
-         "actorGroup": {"name": "incident-leads", "displayName": "incident-leads"}},
-    ]  # fmt: skip
+        {
+            "id": 1,
+            "type": "atlassian-user-role-actor",
+            "displayName": "Carol Diaz",
+            "actorUser": {"accountId": carol["accountId"]},
+        },
+        {
+            "id": 2,
+            "type": "atlassian-group-role-actor",
+            "name": "incident-leads",
+            "actorGroup": {"name": "incident-leads", "displayName": "incident-leads"},
+        },
+    ]
     world.groups["incident-leads"] = [carol]
     source_id = _source(acme, jira)
     run = source_ingest(tenant_id=acme.tenant.pk, source_id=source_id)
@@ -387,8 +406,23 @@ def _csv_export(world: JiraWorld, path: Path) -> None:
     issues = list(world.issues.values())
     labels = max(len(i["fields"]["labels"]) for i in issues)
     comments = max(len(i["fields"]["comment"]["comments"]) for i in issues)
-    header = ["Summary", "Issue key", "Issue id", "Issue Type", "Status", "Project key", "Project name", "Priority",
-              "Assignee", "Reporter", "Created", "Updated", "Description", "Environment", "Security Level"]  # fmt: skip
+    header = [
+        "Summary",
+        "Issue key",
+        "Issue id",
+        "Issue Type",
+        "Status",
+        "Project key",
+        "Project name",
+        "Priority",
+        "Assignee",
+        "Reporter",
+        "Created",
+        "Updated",
+        "Description",
+        "Environment",
+        "Security Level",
+    ]
     header += ["Labels"] * labels + ["Comment"] * comments
 
     def when(value: str) -> str:
@@ -399,10 +433,23 @@ def _csv_export(world: JiraWorld, path: Path) -> None:
         writer.writerow(header)
         for issue in issues:
             f = issue["fields"]
-            cells = [f["summary"], issue["key"], issue["id"], f["issuetype"]["name"], f["status"]["name"],
-                     f["project"]["key"], f["project"]["name"], f["priority"]["name"],
-                     (f["assignee"] or {}).get("displayName", ""), f["reporter"]["displayName"], when(f["created"]),
-                     when(f["updated"]), f["description"], f["environment"] or "", ""]  # fmt: skip
+            cells = [
+                f["summary"],
+                issue["key"],
+                issue["id"],
+                f["issuetype"]["name"],
+                f["status"]["name"],
+                f["project"]["key"],
+                f["project"]["name"],
+                f["priority"]["name"],
+                (f["assignee"] or {}).get("displayName", ""),
+                f["reporter"]["displayName"],
+                when(f["created"]),
+                when(f["updated"]),
+                f["description"],
+                f["environment"] or "",
+                "",
+            ]
             cells += (f["labels"] + [""] * labels)[:labels]
             notes = [f"{when(c['created'])};{c['author']['accountId']};{c['body']}" for c in f["comment"]["comments"]]
             writer.writerow(cells + (notes + [""] * comments)[:comments])
@@ -412,9 +459,13 @@ def _csv_export(world: JiraWorld, path: Path) -> None:
 def test_csv_export_is_read_as_the_same_tickets(acme, world, tmp_path):
     export = tmp_path / "jira-export.csv"
     _csv_export(world, export)
-    source = source_create(tenant_id=acme.tenant.pk, kind="jira", name="CSV", project_ids=[acme.project.pk],
-                           config={"path": str(export), "base_url": "https://erb.atlassian.net",
-                                   "allow_private_network": True})  # no DNS in the test sandbox  # fmt: skip
+    source = source_create(
+        tenant_id=acme.tenant.pk,
+        kind="jira",
+        name="CSV",
+        project_ids=[acme.project.pk],
+        config={"path": str(export), "base_url": "https://erb.atlassian.net", "allow_private_network": True},
+    )  # no DNS in the test sandbox
     run = source_ingest(tenant_id=acme.tenant.pk, source_id=source.pk)
     assert run.status == IngestionRun.Status.PARTIAL and run.created == ISSUES
     line = 1 + next(n for n, text in enumerate(export.read_text().splitlines()) if ",SUP-999," in text)

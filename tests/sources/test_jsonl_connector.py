@@ -21,8 +21,17 @@ from sources.models import Document, IngestionRun
 from sources.services import source_create, source_ingest
 
 ROW_FIELDS = (
-    "external_id", "kind", "title", "content", "text", "url", "path", "metadata", "created_at", "updated_at",
-)  # fmt: skip
+    "external_id",
+    "kind",
+    "title",
+    "content",
+    "text",
+    "url",
+    "path",
+    "metadata",
+    "created_at",
+    "updated_at",
+)
 COMMITS_CONFIG = {
     "id_field": "sha",
     "title_field": "subject",
@@ -265,21 +274,47 @@ def test_person_fields_become_owners_and_participants_that_who_knows_credits(tmp
     from search.tools.people import row_people
 
     path = tmp_path / "meetings.json"
-    path.write_text(json.dumps([
-        {"id": "m1", "title": "Planning", "content": "Q3 plan", "host": "Maya Roberts",
-         "guests": "['Maya Roberts', 'Liam Chen']", "scribe": ["Ana Lima", ""]},
-        {"id": "m2", "title": "Retro", "content": "What went well", "host": ""},
-    ]))  # fmt: skip
-    connector = JsonDocumentsConnector({
-        "path": str(path), "person_fields": {"host": "owner", "guests": "participant", "scribe": "participant"},
-    })  # fmt: skip
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "m1",
+                    "title": "Planning",
+                    "content": "Q3 plan",
+                    "host": "Maya Roberts",
+                    "guests": "['Maya Roberts', 'Liam Chen']",
+                    "scribe": ["Ana Lima", ""],
+                },
+                {"id": "m2", "title": "Retro", "content": "What went well", "host": ""},
+            ]
+        )
+    )
+    connector = JsonDocumentsConnector(
+        {
+            "path": str(path),
+            "person_fields": {"host": "owner", "guests": "participant", "scribe": "participant"},
+        }
+    )
     rows = {r.external_id: r for r in connector.iter_rows(IngestReport())}
     assert rows["m1"].metadata["owners"] == ["Maya Roberts"]
     assert rows["m1"].metadata["participants"] == ["Maya Roberts", "Liam Chen", "Ana Lima"]
     assert "owners" not in rows["m2"].metadata and "participants" not in rows["m2"].metadata
-    hit = Hit(document_id=1, source_id=1, kind="record", title="Planning", url="", path="", start_line=None,
-              end_line=None, content="", text="", metadata=rows["m1"].metadata, updated_at=None, parent_id=None,
-              external_id="m1")  # fmt: skip
+    hit = Hit(
+        document_id=1,
+        source_id=1,
+        kind="record",
+        title="Planning",
+        url="",
+        path="",
+        start_line=None,
+        end_line=None,
+        content="",
+        text="",
+        metadata=rows["m1"].metadata,
+        updated_at=None,
+        parent_id=None,
+        external_id="m1",
+    )
     credits = {(m.name, role, weight) for m, role, weight in row_people(hit)}
     assert ("Maya Roberts", "owner", 1.0) in credits and ("Liam Chen", "participant", 0.5) in credits
     with pytest.raises(Exception, match="person_fields"):

@@ -61,10 +61,19 @@ def _post(client: Client, url: str, data: dict, upload: tuple[str, bytes] | None
 
 
 def _docs_form(tenant, **extra) -> dict:
-    return {"name": "Handbook", "projects": [str(tenant.project.pk)], "sync_interval_minutes": 60,
-            "enabled": "on", "config-glob": "**/*.md", "config-max_file_bytes": 2_000_000,
-            "config-max_section_chars": 4000, "config-min_section_chars": 40, "config-text_format": "text",
-            "action": "save", **extra}  # fmt: skip
+    return {
+        "name": "Handbook",
+        "projects": [str(tenant.project.pk)],
+        "sync_interval_minutes": 60,
+        "enabled": "on",
+        "config-glob": "**/*.md",
+        "config-max_file_bytes": 2_000_000,
+        "config-max_section_chars": 4000,
+        "config-min_section_chars": 40,
+        "config-text_format": "text",
+        "action": "save",
+        **extra,
+    }
 
 
 def test_the_form_is_generated_from_the_config_model():
@@ -97,8 +106,9 @@ def test_an_admin_uploads_a_docs_folder_and_its_pages_are_searchable_after_a_syn
     hits = hybrid_search("kelp harvest report", scope_for_user(acme.admin), limit=5).hits
     assert any(PAGE in h.content for h in hits)
     # Test connection on the saved source reads without writing.
-    tested = admin.post(f"/manage/sources/{source.slug}/", {**_docs_form(acme), "action": "test",
-                                                            "config-path": source.config["path"]})  # fmt: skip
+    tested = admin.post(
+        f"/manage/sources/{source.slug}/", {**_docs_form(acme), "action": "test", "config-path": source.config["path"]}
+    )
     assert re.search(r"Connected: \d+ rows", tested.content.decode())
 
 
@@ -140,11 +150,23 @@ def test_an_upload_over_the_limit_is_refused(acme, settings):
 
 
 def _github_form(tenant, **extra) -> dict:
-    return {"name": "Issues", "projects": [str(tenant.project.pk)], "sync_interval_minutes": 60, "enabled": "on",
-            "config-owner": "acme", "config-repo": "app", "config-base_url": "http://127.0.0.1:9/api",
-            "config-page_size": 100, "config-max_rate_limit_wait_seconds": 900, "config-rate_limit_retries": 5,
-            "config-include_issues": "on", "config-include_pull_requests": "on", "config-incremental": "on",
-            "action": "test", **extra}  # fmt: skip
+    return {
+        "name": "Issues",
+        "projects": [str(tenant.project.pk)],
+        "sync_interval_minutes": 60,
+        "enabled": "on",
+        "config-owner": "acme",
+        "config-repo": "app",
+        "config-base_url": "http://127.0.0.1:9/api",
+        "config-page_size": 100,
+        "config-max_rate_limit_wait_seconds": 900,
+        "config-rate_limit_retries": 5,
+        "config-include_issues": "on",
+        "config-include_pull_requests": "on",
+        "config-incremental": "on",
+        "action": "test",
+        **extra,
+    }
 
 
 def test_a_private_address_is_refused_to_an_organization_admin(acme):
@@ -159,10 +181,13 @@ def test_a_private_address_is_refused_to_an_organization_admin(acme):
 
 @pytest.mark.parametrize(
     "path, message",
-    [("/srv/repos/app", "names an https:// URL"), ("repo-folder", "names an https:// URL"),
-     ("https://deploy:ghp_secret@github.com/acme/app.git", "credentials in the URL"),
-     ("ssh://git@github.com/acme/app.git", "names an https:// URL")],
-)  # fmt: skip
+    [
+        ("/srv/repos/app", "names an https:// URL"),
+        ("repo-folder", "names an https:// URL"),
+        ("https://deploy:ghp_secret@github.com/acme/app.git", "credentials in the URL"),
+        ("ssh://git@github.com/acme/app.git", "names an https:// URL"),
+    ],
+)
 def test_a_git_source_added_here_names_a_public_https_url(acme, path, message):
     form = {**_docs_form(acme), "config-path": path, "config-max_commits": 2000, "config-max_file_bytes": 1_000_000}
     body = _admin(acme).post("/manage/sources/new/git/", form).content.decode()
@@ -173,18 +198,30 @@ def test_a_git_source_added_here_names_a_public_https_url(acme, path, message):
 
 def test_a_changed_address_loses_the_operators_network_flag_and_the_stored_secret(acme):
     source = source_create(
-        tenant_id=acme.tenant.pk, kind="github", name="Internal GHE", project_ids=[acme.project.pk],
-        config={"owner": "acme", "repo": "app", "token": "ghp_STORED", "base_url": "http://10.1.2.3/api",
-                "allow_private_network": True},
-    )  # fmt: skip
+        tenant_id=acme.tenant.pk,
+        kind="github",
+        name="Internal GHE",
+        project_ids=[acme.project.pk],
+        config={
+            "owner": "acme",
+            "repo": "app",
+            "token": "ghp_STORED",
+            "base_url": "http://10.1.2.3/api",
+            "allow_private_network": True,
+        },
+    )
     admin = _admin(acme)
     url = f"/manage/sources/{source.slug}/"
     # Pointing it elsewhere with the stored token kept: refused, the token must be typed again.
     moved = admin.post(url, _github_form(acme, **{"config-base_url": "https://attacker.example/api"}))
     assert "enter the secret again" in moved.content.decode()
     # A private address with a new token: the operator's flag no longer covers it.
-    private = admin.post(url, _github_form(acme, **{"config-base_url": "http://127.0.0.1:9/api",
-                                                     "config-token": "ghp_new", "action": "save"}))  # fmt: skip
+    private = admin.post(
+        url,
+        _github_form(
+            acme, **{"config-base_url": "http://127.0.0.1:9/api", "config-token": "ghp_new", "action": "save"}
+        ),
+    )
     assert "private" in private.content.decode()
     with tenant_context(acme.tenant.pk):
         assert DataSource.objects.get(pk=source.pk).config["base_url"] == "http://10.1.2.3/api"
@@ -192,17 +229,32 @@ def test_a_changed_address_loses_the_operators_network_flag_and_the_stored_secre
 
 def test_editing_keeps_stored_secrets_and_the_operators_network_flag(acme):
     source = source_create(
-        tenant_id=acme.tenant.pk, kind="slack", name="Live Slack", project_ids=[acme.project.pk],
-        config={"token": "xoxb-stored-secret", "channels": ["C01"], "base_url": "http://127.0.0.1:9/api/",
-                "allow_private_network": True},
-    )  # fmt: skip
+        tenant_id=acme.tenant.pk,
+        kind="slack",
+        name="Live Slack",
+        project_ids=[acme.project.pk],
+        config={
+            "token": "xoxb-stored-secret",
+            "channels": ["C01"],
+            "base_url": "http://127.0.0.1:9/api/",
+            "allow_private_network": True,
+        },
+    )
     admin = _admin(acme)
     page = admin.get(f"/manage/sources/{source.slug}/").content.decode()
     assert "xoxb-stored-secret" not in page and "Set; leave blank to keep it." in page
-    form = {"name": "Renamed Slack", "projects": [str(acme.project.pk)], "sync_interval_minutes": 120,
-            "config-token": "", "config-channels": "C01\nC02", "config-base_url": "http://127.0.0.1:9/api/",
-            "config-conversation_gap_minutes": 30, "config-page_size": 200, "config-rate_limit_retries": 10,
-            "action": "save"}  # fmt: skip
+    form = {
+        "name": "Renamed Slack",
+        "projects": [str(acme.project.pk)],
+        "sync_interval_minutes": 120,
+        "config-token": "",
+        "config-channels": "C01\nC02",
+        "config-base_url": "http://127.0.0.1:9/api/",
+        "config-conversation_gap_minutes": 30,
+        "config-page_size": 200,
+        "config-rate_limit_retries": 10,
+        "action": "save",
+    }
     assert admin.post(f"/manage/sources/{source.slug}/", form).status_code == 302
     with tenant_context(acme.tenant.pk):
         after = DataSource.objects.get(pk=source.pk)
@@ -264,15 +316,21 @@ def test_admins_manage_projects_members_and_attached_sources(acme, make_tenant):
             .order_by("id")
             .values_list("action", flat=True)
         )
-    assert actions == ["project.create", "project.member_add", "project.sources", "project.member_remove",
-                       "project.visibility"]  # fmt: skip
+    assert actions == [
+        "project.create",
+        "project.member_add",
+        "project.sources",
+        "project.member_remove",
+        "project.visibility",
+    ]
     # Another organization's admin: no such project, and no way to add their people to it.
     other = make_tenant("mgprj")
     outsider = Client()
     outsider.force_login(other.admin)
     assert outsider.get("/manage/projects/finance/").status_code == 404
-    forged = admin.post("/manage/projects/finance/", {"action": "member_add", "user": other.admin.pk,
-                                                      "role": "editor"}, follow=True)  # fmt: skip
+    forged = admin.post(
+        "/manage/projects/finance/", {"action": "member_add", "user": other.admin.pk, "role": "editor"}, follow=True
+    )
     assert "no such member of this organization" in forged.content.decode()
 
 
@@ -282,9 +340,16 @@ def test_credentials_in_an_operators_url_are_never_shown_and_survive_an_edit(acm
     admin = _admin(acme)
     page = admin.get(f"/manage/sources/{source.slug}/").content.decode()
     assert "ghp_GITSECRET" not in page and "https://***@140.82.112.3/acme/repo.git" in page
-    form = {"name": "Repo renamed", "projects": [str(acme.project.pk)], "sync_interval_minutes": 60, "enabled": "on",
-            "config-path": "https://***@140.82.112.3/acme/repo.git", "config-max_commits": 2000,
-            "config-max_file_bytes": 1_000_000, "action": "save"}  # fmt: skip
+    form = {
+        "name": "Repo renamed",
+        "projects": [str(acme.project.pk)],
+        "sync_interval_minutes": 60,
+        "enabled": "on",
+        "config-path": "https://***@140.82.112.3/acme/repo.git",
+        "config-max_commits": 2000,
+        "config-max_file_bytes": 1_000_000,
+        "action": "save",
+    }
     assert admin.post(f"/manage/sources/{source.slug}/", form).status_code == 302
     with tenant_context(acme.tenant.pk):
         assert DataSource.objects.get(pk=source.pk).config["path"] == url
@@ -323,8 +388,12 @@ def test_the_form_lets_an_upload_stand_for_the_path_and_refuses_a_folder_that_is
     with tenant_context(acme.tenant.pk):
         assert not DataSource.objects.exists()
     # A tested upload is not kept, and the page says so.
-    tested = _post(admin, "/manage/sources/new/docs/", {**_docs_form(acme), "action": "test"},
-                   upload=("h.zip", _zip({"a.md": f"# A\n\n{PAGE}\n"})))  # fmt: skip
+    tested = _post(
+        admin,
+        "/manage/sources/new/docs/",
+        {**_docs_form(acme), "action": "test"},
+        upload=("h.zip", _zip({"a.md": f"# A\n\n{PAGE}\n"})),
+    )
     assert "choose it again when you save" in tested.content.decode()
     # The stored path is shown relative to the organization's files, never the server's folders.
     _post(admin, "/manage/sources/new/docs/", _docs_form(acme), upload=("h.zip", _zip({"a.md": "# A\n"})))
@@ -357,8 +426,13 @@ def test_save_refuses_what_test_connection_refuses_and_keeps_nothing(acme, setti
     admin = _admin(acme)
     (tenant_files_root(acme.tenant) / "handbook").mkdir()
     (tenant_files_root(acme.tenant) / "handbook" / "a.md").write_text("# A\n")
-    slack_form = {"name": "Chat", "projects": [str(acme.project.pk)], "sync_interval_minutes": 60, "enabled": "on",
-                  "action": "save"}  # fmt: skip
+    slack_form = {
+        "name": "Chat",
+        "projects": [str(acme.project.pk)],
+        "sync_interval_minutes": 60,
+        "enabled": "on",
+        "action": "save",
+    }
     not_export = admin.post("/manage/sources/new/slack_export/", {**slack_form, "config-path": "handbook"})
     body = not_export.content.decode()
     assert not_export.status_code == 200 and "channels.json" in body
@@ -377,18 +451,30 @@ def test_a_source_needs_a_project_and_a_link_prefix_that_is_a_web_address(acme):
     no_project = _post(admin, "/manage/sources/new/docs/", _docs_form(acme, projects=[]), upload=("a.zip", archive))
     assert "Choose at least one project" in no_project.content.decode()
     # Testing writes nothing, so it needs no project; the new-source form starts in the default one.
-    tested = _post(admin, "/manage/sources/new/docs/", {**_docs_form(acme, projects=[]), "action": "test"},
-                   upload=("a.zip", archive))  # fmt: skip
+    tested = _post(
+        admin,
+        "/manage/sources/new/docs/",
+        {**_docs_form(acme, projects=[]), "action": "test"},
+        upload=("a.zip", archive),
+    )
     assert "Connected:" in tested.content.decode() and "Choose at least one project" not in tested.content.decode()
     fresh = admin.get("/manage/sources/new/docs/").content.decode()
     assert re.search(rf'value="{acme.project.pk}"[^>]*checked', fresh), "the default project is preselected"
-    script = _post(admin, "/manage/sources/new/docs/", _docs_form(acme, **{"config-url_base": "javascript:alert(1)"}),
-                   upload=("a.zip", archive))  # fmt: skip
+    script = _post(
+        admin,
+        "/manage/sources/new/docs/",
+        _docs_form(acme, **{"config-url_base": "javascript:alert(1)"}),
+        upload=("a.zip", archive),
+    )
     assert "must be an http:// or https:// address" in script.content.decode()
     with tenant_context(acme.tenant.pk):
         assert not DataSource.objects.exists()
-    saved = _post(admin, "/manage/sources/new/docs/", _docs_form(acme, **{"config-url_base": "https://docs.acme.test/"}),
-                  upload=("a.zip", archive))  # fmt: skip
+    saved = _post(
+        admin,
+        "/manage/sources/new/docs/",
+        _docs_form(acme, **{"config-url_base": "https://docs.acme.test/"}),
+        upload=("a.zip", archive),
+    )
     assert saved.status_code == 302
     with tenant_context(acme.tenant.pk):
         assert DataSource.objects.get().config["url_base"].startswith("https://docs.acme.test")
@@ -435,9 +521,13 @@ def test_deleting_a_source_keeps_an_upload_another_source_still_reads(acme):
     _post(admin, "/manage/sources/new/docs/", _docs_form(acme, name="First"), upload=("a.zip", _zip({"a.md": "# A\n"})))
     with tenant_context(acme.tenant.pk):
         first = DataSource.objects.get(slug="first")
-    second = managed_source_create(tenant_id=acme.tenant.pk, kind="docs", name="Second",
-                                   config={"path": shown_path(first.config["path"], acme.tenant)},
-                                   project_ids=[acme.project.pk])  # fmt: skip
+    second = managed_source_create(
+        tenant_id=acme.tenant.pk,
+        kind="docs",
+        name="Second",
+        config={"path": shown_path(first.config["path"], acme.tenant)},
+        project_ids=[acme.project.pk],
+    )
     managed_source_delete(tenant_id=acme.tenant.pk, source_id=second.pk)
     assert Path(first.config["path"]).is_dir()  # the first source still reads it
     managed_source_delete(tenant_id=acme.tenant.pk, source_id=first.pk)
@@ -450,15 +540,26 @@ def test_a_stored_scheme_less_link_prefix_still_syncs_and_an_edit_fixes_a_refuse
     (tenant_files_root(acme.tenant) / "docs").mkdir()
     (tenant_files_root(acme.tenant) / "docs" / "a.md").write_text(f"# A\n\n{PAGE}\n")
     path = str(tenant_files_root(acme.tenant) / "docs")
-    legacy = source_create(tenant_id=acme.tenant.pk, kind="docs", name="Legacy", project_ids=[acme.project.pk],
-                           config={"path": path, "url_base": "docs.acme.test"})  # fmt: skip
+    legacy = source_create(
+        tenant_id=acme.tenant.pk,
+        kind="docs",
+        name="Legacy",
+        project_ids=[acme.project.pk],
+        config={"path": path, "url_base": "docs.acme.test"},
+    )
     assert source_ingest(tenant_id=acme.tenant.pk, source_id=legacy.pk).status == "succeeded"
     with tenant_context(acme.tenant.pk):  # a value an operator stored before links were checked
         DataSource.objects.filter(pk=legacy.pk).update(config={"path": path, "url_base": "javascript:alert(1)"})
     assert source_ingest(tenant_id=acme.tenant.pk, source_id=legacy.pk).status == "failed"
-    fixed = managed_source_update(tenant_id=acme.tenant.pk, source_id=legacy.pk, name="Legacy",
-                                  config={"path": path, "url_base": "https://docs.acme.test"},
-                                  project_ids=[acme.project.pk], sync_interval_minutes=60, enabled=True)  # fmt: skip
+    fixed = managed_source_update(
+        tenant_id=acme.tenant.pk,
+        source_id=legacy.pk,
+        name="Legacy",
+        config={"path": path, "url_base": "https://docs.acme.test"},
+        project_ids=[acme.project.pk],
+        sync_interval_minutes=60,
+        enabled=True,
+    )
     assert source_ingest(tenant_id=acme.tenant.pk, source_id=fixed.pk).status == "succeeded"
 
 

@@ -76,14 +76,22 @@ def _source(tenant_id: int, source_id: int) -> DataSource:
 def test_a_broken_source_backs_off_and_never_blocks_a_good_one(org, eager_celery, tmp_path):
     acme = org("acme")
     broken = source_create(
-        tenant_id=acme.tenant.pk, kind="git", name="Broken", slug="broken",
-        config={"path": str(tmp_path / "gone-repo")}, project_ids=[acme.project.pk],
-    )  # fmt: skip
+        tenant_id=acme.tenant.pk,
+        kind="git",
+        name="Broken",
+        slug="broken",
+        config={"path": str(tmp_path / "gone-repo")},
+        project_ids=[acme.project.pk],
+    )
     rows = [{"external_id": f"r{i}", "kind": "doc_section", "title": f"r{i}", "content": f"good {i}"} for i in range(4)]
     good = source_create(
-        tenant_id=acme.tenant.pk, kind="test_rows", name="Good", slug="good", config={"rows": rows},
+        tenant_id=acme.tenant.pk,
+        kind="test_rows",
+        name="Good",
+        slug="good",
+        config={"rows": rows},
         project_ids=[acme.project.pk],
-    )  # fmt: skip
+    )
     mine = [acme.tenant.pk]
 
     # The broken source comes first (lower id) and fails; the good one still ingests.
@@ -121,9 +129,22 @@ def test_a_broken_source_backs_off_and_never_blocks_a_good_one(org, eager_celery
     env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
     subprocess.run(["git", "-C", str(tmp_path / "gone-repo"), "add", "."], check=True, env=env)
     subprocess.run(
-        ["git", "-C", str(tmp_path / "gone-repo"), "-c", "user.name=T", "-c", "user.email=t@example.com",
-         "commit", "-q", "-m", "init"], check=True, env=env,
-    )  # fmt: skip
+        [
+            "git",
+            "-C",
+            str(tmp_path / "gone-repo"),
+            "-c",
+            "user.name=T",
+            "-c",
+            "user.email=t@example.com",
+            "commit",
+            "-q",
+            "-m",
+            "init",
+        ],
+        check=True,
+        env=env,
+    )
     assert source_ingest(tenant_id=acme.tenant.pk, source_id=broken.pk).status == "succeeded"
     state = _source(acme.tenant.pk, broken.pk)
     assert (state.consecutive_failures, state.backoff_until, state.last_error) == (0, None, "")
@@ -173,8 +194,11 @@ def test_sigkill_mid_run_loses_and_duplicates_nothing_and_the_next_run_resumes(o
     env["DATABASE_OWNER_URL"] = _url(connections["owner"].settings_dict)
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "ingest", f"{acme.tenant.slug}/runbook", "--quiet"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:

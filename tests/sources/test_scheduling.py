@@ -88,9 +88,14 @@ def org(django_db_setup, django_db_blocker, custom):
 
 def _source(tenant, slug: str, n: int = 3, **options) -> DataSource:
     return source_create(
-        tenant_id=tenant.tenant.pk, kind="test_rows", name=slug.title(), slug=slug,
-        config={"rows": _rows(slug, n)}, project_ids=[tenant.project.pk], **options,
-    )  # fmt: skip
+        tenant_id=tenant.tenant.pk,
+        kind="test_rows",
+        name=slug.title(),
+        slug=slug,
+        config={"rows": _rows(slug, n)},
+        project_ids=[tenant.project.pk],
+        **options,
+    )
 
 
 def _reload(tenant_id: int, source_id: int) -> DataSource:
@@ -305,9 +310,13 @@ def test_status_page_shows_health_to_tenant_admins_only(people, client, tmp_path
     acme, globex, member = people
     good = _source(acme, "acme-wiki", n=3)
     broken = source_create(
-        tenant_id=acme.tenant.pk, kind="git", name="Broken repo", slug="broken-repo",
-        config={"path": str(tmp_path / "no-such-repo")}, project_ids=[acme.project.pk],
-    )  # fmt: skip
+        tenant_id=acme.tenant.pk,
+        kind="git",
+        name="Broken repo",
+        slug="broken-repo",
+        config={"path": str(tmp_path / "no-such-repo")},
+        project_ids=[acme.project.pk],
+    )
     _source(globex, "globex-secret-wiki")
     assert source_ingest(tenant_id=acme.tenant.pk, source_id=good.pk).status == "succeeded"
     for _ in range(2):
@@ -370,8 +379,11 @@ def test_beat_keeps_its_schedule_in_the_database_and_sends_the_dispatcher(django
     )
     beat = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "kbportal", "beat", "--loglevel=INFO"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and beat.poll() is None and not queue.llen("default"):

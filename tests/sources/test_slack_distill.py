@@ -73,9 +73,13 @@ def _name(corpus, user: str) -> str:
 
 def _slack_source(tenant_id: int, server: FakeSlack, channels: list[str], slug: str = "clojurians"):
     config = {
-        "token": BOT_TOKEN, "app_token": APP_TOKEN, "base_url": server.base_url, "channels": channels,
-        "workspace_url": "https://clojurians.slack.com", "allow_private_network": True,
-    }  # fmt: skip
+        "token": BOT_TOKEN,
+        "app_token": APP_TOKEN,
+        "base_url": server.base_url,
+        "channels": channels,
+        "workspace_url": "https://clojurians.slack.com",
+        "allow_private_network": True,
+    }
     return source_create(tenant_id=tenant_id, kind="slack", name=slug, slug=slug, config=config)
 
 
@@ -211,13 +215,15 @@ def test_llm_distillation_cached_by_key_and_falls_back_on_garbage(make_tenant, s
         assert body["response_format"]["type"] == "json_schema"
         transcript = body["messages"][-1]["content"]
         first = transcript.split("\n")[2].split(": ", 1)[-1][:60]
-        return json.dumps({
-            "question": f"LLM: {first}",
-            "summary": "A summary written by the model.",
-            "resolution": "Exclude jackson from amazonica" if "amazonica" in transcript else "",
-            "systems": ["amazonica", "jackson"] if "amazonica" in transcript else [],
-            "code_refs": [],
-        })  # fmt: skip
+        return json.dumps(
+            {
+                "question": f"LLM: {first}",
+                "summary": "A summary written by the model.",
+                "resolution": "Exclude jackson from amazonica" if "amazonica" in transcript else "",
+                "systems": ["amazonica", "jackson"] if "amazonica" in transcript else [],
+                "code_refs": [],
+            }
+        )
 
     settings.KB_LLM_MODEL, settings.OPENAI_API_KEY = "test-model", "test-key"
     with FakeOpenAIServer(distil) as server:
@@ -270,9 +276,12 @@ def test_houston_bursts_acknowledgements_and_idempotent_rerun(make_tenant, share
     last = max(said, key=lambda m: float(m["ts"]))
     someone_else = next(m["user"] for m in said if m["user"] != last["user"])
     ack = {
-        "type": "message", "user": someone_else, "text": "thanks, sounds good!", "ts": f"{float(last['ts']) + 60:.6f}",
+        "type": "message",
+        "user": someone_else,
+        "text": "thanks, sounds good!",
+        "ts": f"{float(last['ts']) + 60:.6f}",
         "reactions": [{"name": "+1", "users": ["U061A3E0G"], "count": 1}],
-    }  # fmt: skip
+    }
     day.write_text(json.dumps([*messages, ack]))
 
     source = source_create(tenant_id=tenant_id, kind="slack_export", name="Houston", config={"path": str(root)})
@@ -304,9 +313,10 @@ def test_houston_bursts_acknowledgements_and_idempotent_rerun(make_tenant, share
 
     # A long message (>= 200 characters) inside a conversation is a burst with the topic prepended.
     long_burst = next(
-        d for d in bursts.values()
+        d
+        for d in bursts.values()
         if len(d.content.split(": ", 1)[1]) >= 200 and d.metadata["first_ts"] != d.parent.metadata["first_ts"]
-    )  # fmt: skip
+    )
     topic = long_burst.metadata["topic"]
     opening = re.sub(r"\s+", " ", long_burst.parent.content.splitlines()[0].split(": ", 1)[1])
     assert len(topic) >= 10 and re.sub(r"\s+", " ", topic[:30]) in opening
@@ -334,11 +344,19 @@ def test_rare_token_by_source_statistics_makes_a_short_message_a_burst(make_tena
     last = max(said, key=lambda m: float(m["ts"]))
     someone_else = next(m["user"] for m in said if m["user"] != last["user"])
     added = [
-        {"type": "message", "user": someone_else, "text": "we could try the kubernetes helm chart",
-         "ts": f"{float(last['ts']) + 60:.6f}"},
-        {"type": "message", "user": last["user"], "text": "maybe we could try that next time",
-         "ts": f"{float(last['ts']) + 120:.6f}"},
-    ]  # fmt: skip
+        {
+            "type": "message",
+            "user": someone_else,
+            "text": "we could try the kubernetes helm chart",
+            "ts": f"{float(last['ts']) + 60:.6f}",
+        },
+        {
+            "type": "message",
+            "user": last["user"],
+            "text": "maybe we could try that next time",
+            "ts": f"{float(last['ts']) + 120:.6f}",
+        },
+    ]
     day.write_text(json.dumps([*messages, *added]))
     run = source_ingest(tenant_id=tenant_id, source_id=source.pk)
     assert run.status == "succeeded"

@@ -239,25 +239,54 @@ def test_thread_with_replies_in_two_day_files_is_one_row(make_tenant, tmp_path):
         tmp_path / "export",
         {
             "eng/2024-03-04": [
-                {"type": "message", "subtype": "channel_join", "user": "U3", "text": "<@U3> has joined the channel",
-                 "ts": _ts(datetime(2024, 3, 4, 23, 40, tzinfo=UTC))},
-                {"type": "message", "user": "U1", "text": "Deploy is failing on staging\nlogs attached",
-                 "ts": parent, "thread_ts": parent, "reply_count": 3,
-                 "reactions": [{"name": "eyes", "users": ["U2", "U3"], "count": 2}]},
-                {"type": "message", "user": "U2", "text": "<@U1> see <https://ci.example.com/run/9|the CI run>",
-                 "ts": reply1, "thread_ts": parent, "parent_user_id": "U1"},
+                {
+                    "type": "message",
+                    "subtype": "channel_join",
+                    "user": "U3",
+                    "text": "<@U3> has joined the channel",
+                    "ts": _ts(datetime(2024, 3, 4, 23, 40, tzinfo=UTC)),
+                },
+                {
+                    "type": "message",
+                    "user": "U1",
+                    "text": "Deploy is failing on staging\nlogs attached",
+                    "ts": parent,
+                    "thread_ts": parent,
+                    "reply_count": 3,
+                    "reactions": [{"name": "eyes", "users": ["U2", "U3"], "count": 2}],
+                },
+                {
+                    "type": "message",
+                    "user": "U2",
+                    "text": "<@U1> see <https://ci.example.com/run/9|the CI run>",
+                    "ts": reply1,
+                    "thread_ts": parent,
+                    "parent_user_id": "U1",
+                },
                 {"type": "message", "user": "U3", "text": "lunch anyone?", "ts": loose},
             ],
             "eng/2024-03-05": [
-                {"type": "message", "user": "U1", "text": "fixed by &lt;pinning&gt; the image", "ts": reply2,
-                 "thread_ts": parent, "parent_user_id": "U1"},
-                {"type": "message", "user": "U3", "text": "", "ts": reply3, "thread_ts": parent,
-                 "files": [{"id": "F1", "name": "postmortem.md"}],
-                 "reactions": [{"name": "+1", "users": ["U1"], "count": 1}]},
+                {
+                    "type": "message",
+                    "user": "U1",
+                    "text": "fixed by &lt;pinning&gt; the image",
+                    "ts": reply2,
+                    "thread_ts": parent,
+                    "parent_user_id": "U1",
+                },
+                {
+                    "type": "message",
+                    "user": "U3",
+                    "text": "",
+                    "ts": reply3,
+                    "thread_ts": parent,
+                    "files": [{"id": "F1", "name": "postmortem.md"}],
+                    "reactions": [{"name": "+1", "users": ["U1"], "count": 1}],
+                },
                 {"type": "message", "user": "U2", "text": "", "ts": _ts(datetime(2024, 3, 5, 9, 5, tzinfo=UTC))},
             ],
         },
-    )  # fmt: skip
+    )
     source_id, run = _ingest(tenant_id, {"path": str(root), "workspace_url": "https://acme.slack.com/"})
     assert run.status == IngestionRun.Status.SUCCEEDED, run.error
     rows = {eid: r for eid, r in _rows(tenant_id, source_id).items() if r["kind"] != "burst"}

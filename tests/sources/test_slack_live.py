@@ -51,16 +51,32 @@ from tests.sources.slack_server import APP_TOKEN, BOT_TOKEN, FakeSlack, SlackWor
 pytestmark = pytest.mark.slow
 
 MOUNT, REFRAME, OFFTOPIC, YADA, JOBS, UNREPL = (
-    "C0H7M5HFE", "C073DKH9P", "C03RZGPG3", "C0702A7SB", "C05006WDW", "C4C63FWP5",
-)  # fmt: skip
+    "C0H7M5HFE",
+    "C073DKH9P",
+    "C03RZGPG3",
+    "C0702A7SB",
+    "C05006WDW",
+    "C4C63FWP5",
+)
 BEGINNERS, CLOJURE = "C053AK3F9", "C03S1KBA2"
 LIVE_CHANNELS = [MOUNT, REFRAME, OFFTOPIC, YADA, JOBS, UNREPL]
 BACKFILL_CHANNELS = [*LIVE_CHANNELS, BEGINNERS, CLOJURE]
 PRIVATE = YADA  # Clojurians channels are public; the test declares this one private
 PLACEHOLDER = "[message text edited or deleted]"
 # Subtypes the connector drops as channel noise (and the edit/delete/replied notifications).
-NOISE = {"channel_join", "channel_leave", "channel_topic", "channel_purpose", "channel_name", "tombstone",
-         "message_changed", "message_deleted", "message_replied", "pinned_item", "bot_add"}  # fmt: skip
+NOISE = {
+    "channel_join",
+    "channel_leave",
+    "channel_topic",
+    "channel_purpose",
+    "channel_name",
+    "tombstone",
+    "message_changed",
+    "message_deleted",
+    "message_replied",
+    "pinned_item",
+    "bot_add",
+}
 
 
 @dataclass
@@ -151,18 +167,26 @@ def refreshes() -> Iterator[list[tuple[float, tuple, str]]]:
 
 def _config(server: FakeSlack, channels: list[str], **extra: Any) -> dict[str, Any]:
     return {
-        "token": BOT_TOKEN, "app_token": APP_TOKEN, "base_url": server.base_url, "channels": channels,
-        "workspace_url": "https://clojurians.slack.com", "page_size": 50,
+        "token": BOT_TOKEN,
+        "app_token": APP_TOKEN,
+        "base_url": server.base_url,
+        "channels": channels,
+        "workspace_url": "https://clojurians.slack.com",
+        "page_size": 50,
         "allow_private_network": True,  # the fake Slack listens on loopback (kbportal.netcheck)
         **extra,
-    }  # fmt: skip
+    }
 
 
 def _source(tenant, server: FakeSlack, channels: list[str], **extra: Any):
     return source_create(
-        tenant_id=tenant.tenant.pk, kind="slack", name="Clojurians", slug="clojurians",
-        config=_config(server, channels, **extra), project_ids=[tenant.project.pk],
-    )  # fmt: skip
+        tenant_id=tenant.tenant.pk,
+        kind="slack",
+        name="Clojurians",
+        slug="clojurians",
+        config=_config(server, channels, **extra),
+        project_ids=[tenant.project.pk],
+    )
 
 
 def _rows(tenant, source) -> dict[str, Document]:
@@ -217,8 +241,9 @@ def _listening(server: FakeSlack, tenant, source) -> Iterator[io.StringIO]:
 def _kept(message: dict[str, Any]) -> bool:
     if message.get("subtype") in NOISE:
         return False
-    return bool((message.get("text") or "").strip() or message.get("files") or message.get("file")
-                or message.get("attachments"))  # fmt: skip
+    return bool(
+        (message.get("text") or "").strip() or message.get("files") or message.get("file") or message.get("attachments")
+    )
 
 
 def _expected_rows(world: SlackWorld, channels: list[str]) -> tuple[int, int, int]:
@@ -230,9 +255,10 @@ def _expected_rows(world: SlackWorld, channels: list[str]) -> tuple[int, int, in
         thread_ids = {m["thread_ts"] for m in messages if m.get("thread_ts") and m["thread_ts"] != m["ts"]}
         threads += len(thread_ids)
         loose = sorted(
-            float(m["ts"]) for m in messages if not m.get("thread_ts") or (m["ts"] == m["thread_ts"] and
-                                                                           m["ts"] not in thread_ids)
-        )  # fmt: skip
+            float(m["ts"])
+            for m in messages
+            if not m.get("thread_ts") or (m["ts"] == m["thread_ts"] and m["ts"] not in thread_ids)
+        )
         conversations += sum(1 for i, ts in enumerate(loose) if i == 0 or ts - loose[i - 1] > 30 * 60)
     return threads, conversations, kept
 
@@ -384,8 +410,9 @@ def test_live_events_refresh_threads_edits_and_deletions(tenant, slack, corpus, 
     assert not any(parent_text in d.content for d in rows.values() if d.kind == "conversation")
 
     # An edit (placeholder -> real text): the new text is searchable, the old line is gone.
-    edit = next(e for _, e in live if e.get("subtype") == "message_changed"
-                and e["message"]["ts"] == "1518171654.000163")  # fmt: skip
+    edit = next(
+        e for _, e in live if e.get("subtype") == "message_changed" and e["message"]["ts"] == "1518171654.000163"
+    )
     new_text, edited = edit["message"]["text"], edit["message"]
     holder = next(d for d in rows.values() if new_text.splitlines()[0] in d.content and d.kind != "burst")
     prefix = _line_prefix(edited["ts"], corpus.users.get(edited["user"], {}).get("real_name") or edited["user"])
@@ -429,10 +456,15 @@ def _real_text_deletion(world: SlackWorld, corpus: Corpus) -> tuple[str, dict[st
     """A ``message_deleted`` event, in the corpus's own shape, for a day-1 #off-topic message with real text."""
     template = next(e for _, e in corpus.day2 if e.get("subtype") == "message_deleted" and e["channel"] == OFFTOPIC)
     target = next(
-        m for m in sorted(world.messages[OFFTOPIC].values(), key=lambda m: float(m["ts"]))
-        if not m.get("subtype") and not m.get("thread_ts") and len(m.get("text", "")) > 40
-        and "<" not in m["text"] and "&" not in m["text"] and PLACEHOLDER not in m["text"]
-    )  # fmt: skip
+        m
+        for m in sorted(world.messages[OFFTOPIC].values(), key=lambda m: float(m["ts"]))
+        if not m.get("subtype")
+        and not m.get("thread_ts")
+        and len(m.get("text", "")) > 40
+        and "<" not in m["text"]
+        and "&" not in m["text"]
+        and PLACEHOLDER not in m["text"]
+    )
     event = copy.deepcopy(template)
     event["deleted_ts"] = target["ts"]
     event["previous_message"] = {k: target[k] for k in ("type", "user", "text", "ts")}
@@ -492,9 +524,11 @@ def test_bad_token_is_redacted_and_an_exhausted_rate_limit_keeps_earlier_rows(te
     with pytest.raises(ConnectorError, match=r"channels: Value error, expected channel ids such as C0123ABCD"):
         source_create(tenant_id=tenant.tenant.pk, kind="slack", name="Bad", config=_config(slack, ["#mount"]))
     no_app = source_create(
-        tenant_id=tenant.tenant.pk, kind="slack", name="No app token",
+        tenant_id=tenant.tenant.pk,
+        kind="slack",
+        name="No app token",
         config={k: v for k, v in _config(slack, [MOUNT]).items() if k != "app_token"},
-    )  # fmt: skip
+    )
     with pytest.raises(CommandError, match="needs the app-level token"):
         call_command("slack_listen", "--source", f"{tenant.tenant.slug}/{no_app.slug}")
     with pytest.raises(CommandError, match="slack_listen needs kind 'slack'"):

@@ -30,10 +30,14 @@ FILES = 12
 
 def git(repo: Path, *args: str) -> str:
     env = {
-        **os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_AUTHOR_NAME": "Ada", "GIT_AUTHOR_EMAIL": "ada@example.com",
-        "GIT_COMMITTER_NAME": "Ada", "GIT_COMMITTER_EMAIL": "ada@example.com",
-    }  # fmt: skip
+        **os.environ,
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "Ada",
+        "GIT_AUTHOR_EMAIL": "ada@example.com",
+        "GIT_COMMITTER_NAME": "Ada",
+        "GIT_COMMITTER_EMAIL": "ada@example.com",
+    }
     done = subprocess.run(["git", "-C", str(repo), *args], env=env, check=True, capture_output=True, text=True)
     return done.stdout
 
@@ -88,17 +92,25 @@ def hooks(django_db_setup, django_db_blocker, tmp_path, settings):
         )
         repo = make_repo(tmp_path / "billing")
         source = source_create(
-            tenant_id=acme.tenant.pk, kind="git", name="Billing", slug="billing",
+            tenant_id=acme.tenant.pk,
+            kind="git",
+            name="Billing",
+            slug="billing",
             config={"path": str(repo), "branch": "main", "webhook_secret": ACME_SECRET},
-        )  # fmt: skip
+        )
         globex_source = source_create(
-            tenant_id=globex.tenant.pk, kind="git", name="Globex billing", slug="globex-billing",
+            tenant_id=globex.tenant.pk,
+            kind="git",
+            name="Globex billing",
+            slug="globex-billing",
             config={"path": str(repo), "webhook_secret": GLOBEX_SECRET},
-        )  # fmt: skip
-        no_secret = source_create(tenant_id=acme.tenant.pk, kind="git", name="Plain", slug="plain",
-                                  config={"path": str(repo)})  # fmt: skip
-        docs_source = source_create(tenant_id=acme.tenant.pk, kind="test_rows", name="Rows", slug="rows",
-                                    config={"rows": []})  # fmt: skip
+        )
+        no_secret = source_create(
+            tenant_id=acme.tenant.pk, kind="git", name="Plain", slug="plain", config={"path": str(repo)}
+        )
+        docs_source = source_create(
+            tenant_id=acme.tenant.pk, kind="test_rows", name="Rows", slug="rows", config={"rows": []}
+        )
         assert source_ingest(tenant_id=acme.tenant.pk, source_id=source.pk).status == "succeeded"
         yield Hooks(acme.tenant.pk, globex.tenant.pk, repo, source, globex_source, no_secret, docs_source)
         for tenant_id in (acme.tenant.pk, globex.tenant.pk):

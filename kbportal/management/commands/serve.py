@@ -46,23 +46,62 @@ def process_commands(
     python = sys.executable
     commands = {
         "web": [
-            python, "-m", "gunicorn", "kbportal.wsgi:application",
-            "--bind", bind, "--workers", str(workers), "--worker-class", "gthread", "--threads", str(threads),
+            python,
+            "-m",
+            "gunicorn",
+            "kbportal.wsgi:application",
+            "--bind",
+            bind,
+            "--workers",
+            str(workers),
+            "--worker-class",
+            "gthread",
+            "--threads",
+            str(threads),
             # A worker process whose main loop is silent this long is restarted. With gthread the
             # requests run on other threads, so a long answer stream does not trip it.
-            "--timeout", str(timeout), "--graceful-timeout", str(GRACEFUL_SECONDS),
-            "--access-logfile", "-", "--error-logfile", "-",
+            "--timeout",
+            str(timeout),
+            "--graceful-timeout",
+            str(GRACEFUL_SECONDS),
+            "--access-logfile",
+            "-",
+            "--error-logfile",
+            "-",
             # Gunicorn's control socket defaults to one per OS user (~/.gunicorn): two portals of one
             # user would take it from each other. Each checkout keeps its own under var/.
-            "--control-socket", str(settings.VAR_DIR / "gunicorn.ctl"),
+            "--control-socket",
+            str(settings.VAR_DIR / "gunicorn.ctl"),
         ],
-    }  # fmt: skip
+    }
     if worker:
-        commands["worker"] = [python, "-m", "celery", "-A", "kbportal", "worker", "-Q", "ingest,default",
-                              "--pool", "solo", "--loglevel", "INFO"]  # fmt: skip
+        commands["worker"] = [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "kbportal",
+            "worker",
+            "-Q",
+            "ingest,default",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "INFO",
+        ]
     if beat:
-        commands["beat"] = [python, "-m", "celery", "-A", "kbportal", "beat", "--loglevel", "INFO",
-                            "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")]  # fmt: skip
+        commands["beat"] = [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "kbportal",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(settings.VAR_DIR / "celerybeat-schedule"),
+        ]
     return commands
 
 
@@ -87,13 +126,17 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--bind", default=os.environ.get("KB_BIND", "127.0.0.1:8000"), help="host:port")
         parser.add_argument(
-            "--workers", type=int, default=int(os.environ.get("KB_WEB_WORKERS", "0")) or _cores(),
+            "--workers",
+            type=int,
+            default=int(os.environ.get("KB_WEB_WORKERS", "0")) or _cores(),
             help="gunicorn worker processes (default: one per core; each loads the embedding model)",
-        )  # fmt: skip
+        )
         parser.add_argument(
-            "--threads", type=int, default=int(os.environ.get("KB_WEB_THREADS", "8")),
+            "--threads",
+            type=int,
+            default=int(os.environ.get("KB_WEB_THREADS", "8")),
             help="threads per worker: requests (and open answer streams) served at once per worker",
-        )  # fmt: skip
+        )
         parser.add_argument("--timeout", type=int, default=120, help="seconds before a silent worker is restarted")
         parser.add_argument("--no-worker", action="store_true", help="do not start a Celery worker")
         parser.add_argument("--no-beat", action="store_true", help="do not start Celery beat")
@@ -122,9 +165,13 @@ class Command(BaseCommand):
         try:
             for name, argv in commands.items():
                 proc = subprocess.Popen(
-                    argv, cwd=settings.BASE_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                    argv,
+                    cwd=settings.BASE_DIR,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    env=env,
                     start_new_session=True,  # Ctrl-C reaches this command, which stops them in order
-                )  # fmt: skip
+                )
                 procs[name] = proc
                 assert proc.stdout is not None
                 threading.Thread(target=_relay, args=(name, proc.stdout, self.stdout, lock), daemon=True).start()

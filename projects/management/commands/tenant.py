@@ -59,8 +59,10 @@ class Command(BaseCommand):
         send_mail(
             f"You are invited to run {tenant.name} on kbportal",
             f"Open this link within {INVITATION_DAYS} days to become the owner of {tenant.name}:\n{link}\n",
-            None, [invitation.email], fail_silently=True,
-        )  # fmt: skip
+            None,
+            [invitation.email],
+            fail_silently=True,
+        )
         where = "var/mail/" if settings.EMAIL_BACKEND.endswith("filebased.EmailBackend") else invitation.email
         self.stdout.write(f"Created {tenant.name} ({tenant.slug}) with the project Everything.")
         self.stdout.write(f"Owner invitation for {invitation.email} (mailed to {where}):\n{link}")

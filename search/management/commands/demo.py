@@ -57,9 +57,14 @@ class Command(BaseCommand):
             password_file.chmod(0o600)
         password = password_file.read_text().strip()
         onboarded = tenant_onboard(
-            name="Demo Company", slug="demo", admin_username="admin", admin_password=password,
-            admin_email="admin@demo.example", project_name="Everything", superuser=True,
-        )  # fmt: skip
+            name="Demo Company",
+            slug="demo",
+            admin_username="admin",
+            admin_password=password,
+            admin_email="admin@demo.example",
+            project_name="Everything",
+            superuser=True,
+        )
         tenant_id, project_id = onboarded.tenant.pk, onboarded.project.pk
         specs = self._source_specs(slack_export, docs)
         sources = [self._ensure_source(tenant_id, project_id, spec) for spec in specs]
@@ -130,20 +135,40 @@ class Command(BaseCommand):
         specs = [
             # The sdist is imported in one synthetic commit: no history worth a row (and no
             # "kbportal" committer for who_knows to credit).
-            {"slug": "fastapi", "name": "FastAPI 0.141.1 source", "kind": "git",
-             "config": {"path": str(fastapi_source_checkout()), "max_commits": 0}, "include": ["fastapi/*"]},
+            {
+                "slug": "fastapi",
+                "name": "FastAPI 0.141.1 source",
+                "kind": "git",
+                "config": {"path": str(fastapi_source_checkout()), "max_commits": 0},
+                "include": ["fastapi/*"],
+            },
             # Its Markdown is the docs source's (pages and sections): not indexed twice.
-            {"slug": "kbportal-repo", "name": "kbportal repository (code and history)", "kind": "git",
-             "config": {"path": str(base)}, "exclude": ["*.md"]},
-            {"slug": "kbportal-docs", "name": "kbportal docs", "kind": "docs",
-             "config": {"path": str(base), "glob": ["*.md", "docs/**/*.md"]}},
-        ]  # fmt: skip
+            {
+                "slug": "kbportal-repo",
+                "name": "kbportal repository (code and history)",
+                "kind": "git",
+                "config": {"path": str(base)},
+                "exclude": ["*.md"],
+            },
+            {
+                "slug": "kbportal-docs",
+                "name": "kbportal docs",
+                "kind": "docs",
+                "config": {"path": str(base), "glob": ["*.md", "docs/**/*.md"]},
+            },
+        ]
         if slack_export:
             path = Path(slack_export).resolve()
             if not path.exists():
                 raise CommandError(f"--slack-export {path} does not exist")
-            specs.append({"slug": "slack", "name": f"Slack export {path.name}", "kind": "slack_export",
-                          "config": {"path": str(path)}})  # fmt: skip
+            specs.append(
+                {
+                    "slug": "slack",
+                    "name": f"Slack export {path.name}",
+                    "kind": "slack_export",
+                    "config": {"path": str(path)},
+                }
+            )
         if docs:
             path = Path(docs).resolve()
             if not path.is_dir():
@@ -156,10 +181,15 @@ class Command(BaseCommand):
             source = DataSource.objects.filter(slug=spec["slug"]).first()
         if source is None:
             return source_create(
-                tenant_id=tenant_id, kind=spec["kind"], name=spec["name"], slug=spec["slug"],
-                config=spec["config"], include=spec.get("include"), exclude=spec.get("exclude"),
+                tenant_id=tenant_id,
+                kind=spec["kind"],
+                name=spec["name"],
+                slug=spec["slug"],
+                config=spec["config"],
+                include=spec.get("include"),
+                exclude=spec.get("exclude"),
                 project_ids=[project_id],
-            )  # fmt: skip
+            )
         if source.config != spec["config"]:
             source_update_config(tenant_id=tenant_id, source_id=source.pk, config=spec["config"])
         return source
@@ -170,8 +200,20 @@ class Command(BaseCommand):
         python = sys.executable
         base = str(settings.BASE_DIR)
         procs = {}
-        worker_cmd = [python, "-m", "celery", "-A", "kbportal", "worker", "-Q", "ingest,default",
-                      "--pool", "solo", "--loglevel", "INFO"]  # fmt: skip
+        worker_cmd = [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "kbportal",
+            "worker",
+            "-Q",
+            "ingest,default",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "INFO",
+        ]
         procs["celery worker"] = subprocess.Popen(
             worker_cmd,
             cwd=base,
@@ -181,8 +223,18 @@ class Command(BaseCommand):
         )
         # Beat queues each source's scheduled syncs (sources.scheduling), as under ``manage.py serve``:
         # a source added in /manage/ syncs on its schedule here too.
-        beat_cmd = [python, "-m", "celery", "-A", "kbportal", "beat", "--loglevel", "INFO",
-                    "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")]  # fmt: skip
+        beat_cmd = [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "kbportal",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(settings.VAR_DIR / "celerybeat-schedule"),
+        ]
         procs["celery beat"] = subprocess.Popen(
             beat_cmd, cwd=base, stdout=open(log_dir / "beat.log", "a"), stderr=subprocess.STDOUT, start_new_session=True
         )

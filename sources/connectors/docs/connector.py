@@ -52,8 +52,13 @@ MAX_EXTERNAL_ID = 480  # the column holds 512; longer ids are cut and suffixed w
 
 # File suffix -> parser; any other suffix a glob admits is read as ``DocsConfig.text_format``.
 _FORMATS = {
-    ".md": "markdown", ".markdown": "markdown", ".mdx": "markdown", ".html": "html", ".htm": "html", ".rst": "rst",
-}  # fmt: skip
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".mdx": "markdown",
+    ".html": "html",
+    ".htm": "html",
+    ".rst": "rst",
+}
 
 
 def glob_regex(pattern: str) -> re.Pattern[str]:

@@ -447,9 +447,15 @@ class GitConnector(Connector):
         dates: dict[str, datetime] = {}
         remaining = set(paths)
         args = [
-            "log", "-z", "--name-only", "--no-renames", "--diff-merges=first-parent", "--no-ext-diff",
-            "--no-textconv", f"--format={LOG_FORMAT}",
-        ]  # fmt: skip
+            "log",
+            "-z",
+            "--name-only",
+            "--no-renames",
+            "--diff-merges=first-parent",
+            "--no-ext-diff",
+            "--no-textconv",
+            f"--format={LOG_FORMAT}",
+        ]
         with _git_stream(repo, *args, commit, "--") as stream:
             for scanned, record in enumerate(_log_records(stream.stdout), start=1):
                 parsed = _parse_commit(record)

@@ -50,9 +50,23 @@ from sources.connectors.jira.config import JiraConfig
 from sources.connectors.jira.security import LEVEL_PREFIX, SecurityLevels, user_principal
 
 FIELDS = (
-    "summary", "description", "environment", "status", "priority", "assignee", "reporter", "labels",
-    "components", "issuetype", "project", "created", "updated", "resolution", "security", "comment",
-)  # fmt: skip
+    "summary",
+    "description",
+    "environment",
+    "status",
+    "priority",
+    "assignee",
+    "reporter",
+    "labels",
+    "components",
+    "issuetype",
+    "project",
+    "created",
+    "updated",
+    "resolution",
+    "security",
+    "comment",
+)
 COMMENT_PAGE = 100
 _ORDER_BY = re.compile(r"\border\s+by\b.*$", re.IGNORECASE | re.DOTALL)
 # Jira's CSV export writes dates in the site's format, "18/Mar/25 9:12 AM" by default.

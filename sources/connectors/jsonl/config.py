@@ -12,9 +12,18 @@ from sources.connectors.files import FileSourceConfig
 # mail and meeting tools commonly use, so such records get a last-activity time without extra
 # configuration.
 DEFAULT_TIMESTAMP_FIELDS = [
-    "updated_at", "last_message_time", "authored_at", "created_at", "date", "timestamp",
-    "last_message_ts", "last_updated", "last_modified", "last_email_at", "recorded_at",
-]  # fmt: skip
+    "updated_at",
+    "last_message_time",
+    "authored_at",
+    "created_at",
+    "date",
+    "timestamp",
+    "last_message_ts",
+    "last_updated",
+    "last_modified",
+    "last_email_at",
+    "recorded_at",
+]
 DEFAULT_CREATED_FIELDS = ["created_at", "authored_at", "first_message_time", "first_message_ts", "first_email_at"]
 
 DEFAULT_MAX_LINE_BYTES = 1_000_000  # one record; a line is parsed whole, so it is bounded too
@@ -31,7 +40,7 @@ ROW_KINDS = {
     "burst",
     "ticket",
     "record",
-}  # fmt: skip  (the values of sources.models.Document.Kind)
+}  # (the values of sources.models.Document.Kind)
 
 
 class JsonDocumentsConfig(FileSourceConfig):

@@ -170,9 +170,12 @@ def slack_event_apply(
             return False
         if change.action == "delete":
             slack_message_purge(
-                tenant_id=tenant_id, source_id=source_id, channel=change.channel, ts=change.ts,
+                tenant_id=tenant_id,
+                source_id=source_id,
+                channel=change.channel,
+                ts=change.ts,
                 thread_ts=change.thread_ts,
-            )  # fmt: skip
+            )
         transaction.on_commit(lambda: enqueue(tenant_id, source_id, change.channel, change.thread_ts))
     return True
 
