@@ -516,6 +516,8 @@ _SENTENCE_OPENERS = ".!?:;\n\"'“(*-•"
 def _capitalized(word: str) -> bool:
     """A capitalized word, not an acronym or a code ("Dana", "Björn", "InfraAnalytics"; not "API",
     "SRE", "H100s")."""
+    if not word[0].isupper():
+        return False
     parts = [part for part in re.split(r"[-‐]", word) if part]
     return (
         all(part[0].isupper() for part in parts)  # "Mary-Jane", not "Dedicated-to-Hosted"

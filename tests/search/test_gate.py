@@ -981,4 +981,5 @@ def test_the_name_and_yes_no_patterns_are_linear_on_100kb(payload):
     start = time.perf_counter()
     names_someone(payload, "Which customer asked for it?", "customer")
     yes_no_focus(payload)
-    assert time.perf_counter() - start < 0.5
+    # ~0.2 s at worst alone; a quadratic pattern takes over 20 s (the bound leaves room for a busy machine)
+    assert time.perf_counter() - start < 5.0
