@@ -77,14 +77,7 @@ from search.pipeline.answer_types import (
     yes_no_focus,
 )
 from search.pipeline.evidence import Evidence, evidence_text
-from search.pipeline.passages import (
-    Passage,
-    ScoredEvidence,
-    answering_passages,
-    is_code,
-    lexeme_sets,
-    score_evidence,
-)
+from search.pipeline.passages import Passage, ScoredEvidence, answering_passages, is_code, lexeme_sets, score_evidence
 from search.retrieval import dense_ranking, query_terms, scope_where_sql
 from search.text import QUOTED, holds_term, neutralize_citations, specific_terms
 from sources.connectors.slack.messages import TRANSCRIPT_KINDS
@@ -324,16 +317,18 @@ def number_beside_focus(question: str, scored: ScoredEvidence, evidence: Sequenc
     focus = counted_focus(question)
     if asked is None or asked.label != "number" or focus is None:
         return True
-    holding = focus_holders(focus, scored, evidence)
-    return holding is None or any(asked.held_by(scored.passages[i].text) for i in holding)
+    holders = focus_holders(focus, scored, evidence)
+    return holders is None or any(asked.held_by(scored.passages[i].text) for i in holders[0])
 
 
-def focus_holders(focus: str, scored: ScoredEvidence, evidence: Sequence[Evidence]) -> list[int] | None:
+def focus_holders(
+    focus: str, scored: ScoredEvidence, evidence: Sequence[Evidence]
+) -> tuple[list[int], frozenset[str]] | None:
     """The indexes (into ``scored.passages``) of the passages holding ``focus`` (as a lexeme) in
     the blocks the answering passages come from (``answering_passages``), where an answer of the
-    asked form must stand beside it. ``None`` when no such rule applies: no passage holds the
-    focus, only code does, or a heading or block title names it (the text under "Customer impact"
-    is about customers, whichever sentence states the value)."""
+    asked form must stand beside it, and the focus's lexemes. ``None`` when no such rule applies:
+    no passage holds the focus, only code does, or a heading or block title names it (the text
+    under "Customer impact" is about customers, whichever sentence states the value)."""
     (focus_lexemes,) = lexeme_sets([focus])
     by_n = {ev.n: ev for ev in evidence}
     answering_blocks = {p.n for p in answering_passages(scored)}
@@ -346,7 +341,7 @@ def focus_holders(focus: str, scored: ScoredEvidence, evidence: Sequence[Evidenc
     titles = lexeme_sets([by_n[n].title for n in sorted(answering_blocks)])
     if any(focus_lexemes <= title for title in titles) or any(passages[i].heading for i in holding):
         return None
-    return holding
+    return holding, focus_lexemes
 
 
 def name_beside_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evidence]) -> bool:
@@ -362,13 +357,13 @@ def name_beside_focus(question: str, scored: ScoredEvidence, evidence: Sequence[
     focus = party_focus(question)
     if focus is None:
         return True
-    holding = focus_holders(focus, scored, evidence)
-    if holding is None:
+    holders = focus_holders(focus, scored, evidence)
+    if holders is None:
         return True
+    holding, focus_lexemes = holders
     passages, by_n = scored.passages, {ev.n: ev for ev in evidence}
     sentences = [_QUOTED_SENTENCE_END.split(passages[i].text) for i in holding]
-    focus_lexemes, *sentence_lexemes = lexeme_sets([focus, *(text for group in sentences for text in group)])
-    lexemes = iter(sentence_lexemes)  # one statement
+    lexemes = iter(lexeme_sets([text for group in sentences for text in group]))  # one statement
     candidates: list[str] = []
     for i, group in zip(holding, sentences, strict=True):
         candidates += [text for text in group if focus_lexemes <= next(lexemes)]
