@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
@@ -69,6 +70,16 @@ class ProjectSource(TenantOwned):
         return f"{self.source_id} in {self.project_id}"
 
 
+def _duration_label(seconds: float) -> str:
+    """``"40 s"``, ``"3 min"``, ``"1 h 05 min"``: a remaining time rounded for people."""
+    if seconds < 60:
+        return f"{max(5, 5 * round(seconds / 5))} s"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
 class IngestionRun(TenantOwned):
     """One run of a data source's connector: status, counts (rows), errors and timing."""
 
@@ -91,6 +102,12 @@ class IngestionRun(TenantOwned):
     embedded = models.PositiveIntegerField(default=0, help_text="Rows whose embedding was computed.")
     skipped = models.PositiveIntegerField(default=0)
     skipped_items = models.JSONField(default=list, blank=True, help_text="[{item, reason}] for skipped files.")
+    units_done = models.PositiveIntegerField(
+        default=0, help_text="Units the connector has finished (files, day files, records, commits), for progress."
+    )
+    units_total = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Units the connector expects in all, when it knows: progress's denominator."
+    )
     error = models.TextField(blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -107,6 +124,29 @@ class IngestionRun(TenantOwned):
         if self.started_at and self.finished_at:
             return (self.finished_at - self.started_at).total_seconds()
         return None
+
+    def eta_seconds(self, now: datetime) -> float | None:
+        """Seconds until a running run finishes, at ``now`` (aware): the elapsed time times
+        remaining/done units (linear extrapolation of the rate so far). None before the first
+        unit is done, without a known total, or when the run is not running."""
+        if self.status != self.Status.RUNNING or not self.started_at or not self.units_total or not self.units_done:
+            return None
+        elapsed = max((now - self.started_at).total_seconds(), 0.0)
+        remaining = max(self.units_total - self.units_done, 0)
+        return elapsed * remaining / self.units_done
+
+    def progress_label(self, now: datetime) -> str:
+        """``"312/1,024 (30%), about 2 min left, 1,560 rows"`` for a running run whose connector
+        counts its units; ``"1,560 rows"`` otherwise."""
+        rows = f"{self.seen:,} rows"
+        if not self.units_total:
+            return rows
+        done = min(self.units_done, self.units_total)
+        label = f"{done:,}/{self.units_total:,} ({100 * done // self.units_total}%)"
+        eta = self.eta_seconds(now)
+        if eta is not None:
+            label += f", about {_duration_label(eta)} left"
+        return f"{label}, {rows}"
 
 
 class Document(TenantOwned):

@@ -417,7 +417,9 @@ class SourceHealth:
     passed twice the interval (or never succeeded after its first attempt); ``state``:
     ``disabled``, ``running``, ``queued``, ``failing`` (the last run failed; ``backed_off``
     while the backoff lasts), ``never`` (no run yet) or ``ok``; ``last_run`` the newest
-    finished run (counts, error), ``active_run`` a queued or running one.
+    finished run (counts, error), ``active_run`` a queued or running one, ``progress`` the
+    running one's done/total units with an estimate of the time left
+    (:meth:`IngestionRun.progress_label`), else ``""``.
     """
 
     source: DataSource
@@ -428,6 +430,7 @@ class SourceHealth:
     late: bool
     backed_off: bool
     state: str
+    progress: str = ""
 
     @property
     def failing(self) -> bool:
@@ -499,6 +502,7 @@ def source_health_list(*, tenant_id: int, source_ids: list[int] | None = None) -
                 late=late,
                 backed_off=backed_off,
                 state=state,
+                progress=run.progress_label(now) if run is not None and run.started_at else "",
             )
         )
     return rows

@@ -218,12 +218,15 @@ class _Batcher:
                 run.updated += batch["updated"]
                 run.unchanged += batch["unchanged"]
                 run.embedded += batch["embedded"]
+                run.units_done, run.units_total = self.report.done, self.report.total
                 IngestionRun.objects.filter(pk=run.pk).update(
                     seen=run.seen,
                     created=run.created,
                     updated=run.updated,
                     unchanged=run.unchanged,
                     embedded=run.embedded,
+                    units_done=run.units_done,
+                    units_total=run.units_total,
                 )
 
     def _write(self, writes: list[tuple[Document, str]], update_fields: list[str]) -> set[str]:
@@ -454,6 +457,7 @@ def _source_ingest(
         run.error = error
         run.skipped = len(report.skipped)
         run.skipped_items = report.skipped[:1000]
+        run.units_done, run.units_total = report.done, report.total
         run.finished_at = timezone.now()
         run.save(
             update_fields=[
@@ -468,6 +472,8 @@ def _source_ingest(
                 "updated",
                 "unchanged",
                 "embedded",
+                "units_done",
+                "units_total",
             ]
         )
         source_health_record(source_id=source_id, run=run)

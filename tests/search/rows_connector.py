@@ -12,6 +12,7 @@ from sources.connectors.base import Connector, ConnectorConfig, DocumentRow, Ing
 
 class RowsConfig(ConnectorConfig):
     rows: list[dict[str, Any]]
+    count_units: bool = False  # report each row as a unit of progress, with the total known
 
 
 class RowsConnector(Connector):
@@ -19,5 +20,9 @@ class RowsConnector(Connector):
     config_model = RowsConfig
 
     def iter_rows(self, report: IngestReport) -> Iterator[DocumentRow]:
+        if self.config.count_units:
+            report.total = len(self.config.rows)
         for raw in self.config.rows:
             yield DocumentRow(**raw)
+            if self.config.count_units:
+                report.advance()

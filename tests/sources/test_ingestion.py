@@ -1,12 +1,16 @@
 """The ingestion service: idempotent upserts, deletions, failures that lose nothing, the task and command."""
 
+from datetime import timedelta
+
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.utils import timezone
 
 from kbportal.tenancy import tenant_context
 from sources.connectors.base import ConnectorError
 from sources.models import Document, IngestionRun
+from sources.scheduling import source_health_list
 from sources.services import source_create, source_ingest, source_update_config
 from sources.tasks import ingest_source
 
@@ -136,3 +140,48 @@ def test_task_for_a_deleted_or_foreign_source_is_a_no_op(tenant, make_tenant):
     with tenant_context(tenant.tenant.pk):
         source.delete()
     assert ingest_source.apply(args=[tenant.tenant.pk, source.pk]).get()["status"] == "gone"
+
+
+def test_a_running_run_shows_done_of_total_units_and_the_time_left(tenant, client):
+    rows = _rows(*((f"r{i}", f"row number {i} of the progress test") for i in range(150)))
+    source = source_create(
+        tenant_id=tenant.tenant.pk,
+        kind="test_rows",
+        name="Counted rows",
+        config={"rows": rows, "count_units": True},
+        project_ids=[tenant.project.pk],
+    )
+    client.force_login(tenant.admin)
+    seen_mid_run: list[tuple[IngestionRun, str, str]] = []
+
+    def progress(done, total):
+        # After the second batch is written (64 rows a batch), look as another process would.
+        if done == 130 and not seen_mid_run:
+            with tenant_context(tenant.tenant.pk):
+                run = IngestionRun.objects.get(source=source, status="running")
+            health = {h.source.pk: h for h in source_health_list(tenant_id=tenant.tenant.pk)}[source.pk]
+            page = client.get("/sources/status/").content.decode()
+            seen_mid_run.append((run, health.progress, page))
+
+    finished = source_ingest(tenant_id=tenant.tenant.pk, source_id=source.pk, progress=progress)
+    run, label, page = seen_mid_run[0]
+    # The batch is written while the 128th row is being yielded, before its unit is finished.
+    assert (run.units_done, run.units_total, run.seen) == (127, 150, 128)
+    assert label.startswith("127/150 (84%), about ") and label.endswith(" left, 128 rows")
+    assert f'<span data-field="progress">{label}</span>' in page
+    assert (finished.units_done, finished.units_total, finished.status) == (150, 150, "succeeded")
+    assert finished.eta_seconds(finished.finished_at) is None  # a finished run has nothing left
+
+
+def test_the_time_left_extrapolates_the_rate_so_far():
+    now = timezone.now()
+    start = IngestionRun(status="running", units_done=25, units_total=100, seen=40, started_at=now)
+    assert start.eta_seconds(now + timedelta(seconds=60)) == 180.0  # 25 units a minute, 75 to go
+    assert start.progress_label(now + timedelta(seconds=60)) == "25/100 (25%), about 3 min left, 40 rows"
+    assert start.progress_label(now + timedelta(seconds=10)) == "25/100 (25%), about 30 s left, 40 rows"
+    assert start.progress_label(now + timedelta(hours=1)) == "25/100 (25%), about 3 h 00 min left, 40 rows"
+    start.units_done = 0  # nothing done yet: no estimate
+    assert start.eta_seconds(now + timedelta(seconds=60)) is None
+    assert start.progress_label(now) == "0/100 (0%), 40 rows"
+    start.units_total = None  # a connector that does not count: rows only
+    assert start.progress_label(now) == "40 rows"

@@ -21,6 +21,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from kbportal.tenancy import tenant_context
 from projects.services import tenant_onboard
@@ -261,7 +262,8 @@ class Command(BaseCommand):
                     running = IngestionRun.objects.filter(
                         pk__in=[r for _, r in pending if r not in reported]
                     ).select_related("source")
-                    line = ", ".join(f"{run.source.name}: {run.status} {run.seen} rows" for run in running)
+                    now = timezone.now()
+                    line = "; ".join(f"{run.source.name}: {run.status}, {run.progress_label(now)}" for run in running)
                 self.stdout.write(f"  ... {line}")
             if time.monotonic() > deadline:
                 raise CommandError("ingestion did not finish in time; see var/log/worker.log")

@@ -513,14 +513,13 @@ class GitConnector(Connector):
         """Files with their chunks (sorted by path), then commits newest first. A file whose
         stored row has its blob, link and row format (``bind_source``) is kept, not read.
 
-        Sets ``report.total`` to the number of files to read and advances ``report`` by one
-        after each file (skipped ones included). Raises ConnectorError before the first row
+        Sets ``report.total`` to the number of files plus commits and advances ``report`` by one
+        after each file (kept and skipped ones included) and each commit. Raises ConnectorError before the first row
         when the repository or revision cannot be read.
         """
         repo = self.repository()
         commit = self.resolve(repo)
         entries = self.list_files(repo, commit, report)
-        report.total = len(entries)
         changed = []
         for entry in entries:
             external_id = fit_external_id(entry.path)
@@ -530,6 +529,7 @@ class GitConnector(Connector):
             else:
                 changed.append(entry)
         commits, dates = self.history(repo, commit, {e.path for e in changed})
+        report.total = len(entries) + len(commits)
         for entry, data in self.read_blobs(repo, changed):
             text = _decode(entry.path, data, report)
             if text is not None:
@@ -537,6 +537,7 @@ class GitConnector(Connector):
             report.advance()
         for parsed in commits:
             yield self.commit_row(parsed)
+            report.advance()
 
 
 def pr_number(subject: str) -> int | None:
