@@ -76,6 +76,19 @@ def make_tenant(db):
     return factory
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fast_password_hashing():
+    """Django's recommended test speed-up: an MD5 password hasher instead of PBKDF2's million
+    iterations (~0.4 s a hash on 2 cores; every tenant onboarded and every password login hashes),
+    for the whole session, so module-scoped fixtures' users hash fast too. What the tests assert
+    about passwords (checked, rejected, locked out) is the same under any hasher; servers the
+    tests start as processes keep the production hashers."""
+    from django.test import override_settings
+
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _no_llm_from_the_environment(settings):
     """A developer's shell may point OPENAI_BASE_URL / KB_LLM_MODEL at a real model; tests run
