@@ -7,7 +7,8 @@ together; the extractive synthesizer quotes the best of them. Scored once per qu
   by its inverse document frequency in the scope, ``idf(t) = ln((N + 1) / (df(t) + 1))`` (Spärck
   Jones, 1972; +1 so a term no row holds weighs most, not infinity). Terms are PostgreSQL's
   English lexemes (``to_tsvector('english', ...)``), the ones full-text search and the term
-  statistics use, so "dependencies" meets "dependency" and stop words never count.
+  statistics use, so "dependencies" meets "dependency"; stop words and the question's function
+  words (``FUNCTION_WORDS``) never count.
 - **similarity**: the cosine between the question's embedding and the passage's (prefixed with
   its block's title), from the embedder retrieval already loaded.
 """
@@ -35,6 +36,19 @@ CODE_KINDS = frozenset({"code_chunk", "code_file"})
 AUTHORED_TITLE_KINDS = frozenset({"commit", "pr"})  # whose title is the message's subject line
 # Files in a repository written as prose: read as sentences, not as lines of code.
 PROSE_LANGUAGES = frozenset({"markdown", "rst", "text", "asciidoc"})
+
+# Closed-class English words (pronouns, determiners, conjunctions, modals, adverbial connectives;
+# not prepositions, which may name a topic: "behind a proxy") and the tails of contractions
+# ("I'm" -> "m", "you'll" -> "ll") that PostgreSQL's English stop list keeps as lexemes. They
+# carry no topic, yet a word rare in the scope's rows weighs as a rare question term: "whose"
+# weighed as much as a term no row holds. (Closed classes after Quirk et al., "A Comprehensive
+# Grammar of the English Language", 1985.)
+FUNCTION_WORDS = frozenset(
+    """whose whether yet also either neither else ever anything something nothing everything someone
+    anyone everyone somebody anybody everybody whatever whichever whoever however therefore thus hence might
+    must shall could would ought one ones another m d ll ve re""".split()
+)
+_FUNCTION_TEXT = " ".join(sorted(FUNCTION_WORDS))  # read by PostgreSQL with the question, for their lexemes
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'`(])")
 _FENCE = re.compile(r"```([^\n]*)\n(.*?)(?:```|\Z)", re.S)
@@ -425,10 +439,11 @@ def score_evidence(
     variant_pairs = [(w, v) for w in sorted({w.lower() for w in WORD.findall(question)}) for v in word_variants(w)]
     variant_texts = [text for pair in variant_pairs for text in pair]
     lexemes = lexeme_sets(
-        [question, asking, *clause_texts, *variant_texts, *block_texts, *[ev.title for ev in blocks]]
+        [_FUNCTION_TEXT, question, asking, *clause_texts, *variant_texts, *block_texts, *[ev.title for ev in blocks]]
         + [p.text for p in passages]
     )
-    q_lexemes, asking_lex = lexemes[0], lexemes[1]
+    function_lex, lexemes = lexemes[0], lexemes[1:]
+    q_lexemes, asking_lex = lexemes[0] - function_lex, lexemes[1]
     clause_lex, rest = lexemes[2 : 2 + len(clause_texts)], lexemes[2 + len(clause_texts) :]
     variant_lex, rest = rest[: len(variant_texts)], rest[len(variant_texts) :]
     variants = _term_variants(q_lexemes, variant_lex)

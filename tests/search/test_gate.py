@@ -970,6 +970,22 @@ def test_a_page_in_the_other_spelling_or_the_long_form_holds_the_question_term(k
     assert score_evidence("How do I restore the old colour?", [page], df={}, n_rows=100).block_coverage[1] < 1.0
 
 
+@pytest.mark.django_db
+def test_function_words_and_contraction_tails_are_no_question_terms(kb):
+    """A rare function word ("whose", "whether") or a contraction's tail ("I'm" -> "m") weighs
+    as much as the rarest topic word by its document frequency, yet no page need write it: it is
+    no term the evidence must hold, and a page holding the topic words covers the question."""
+    from search.pipeline.passages import score_evidence
+
+    text = "Declare the path parameter with an Enum class: its value is then one of the Enum's members."
+    page = _block(1, "Path parameters > Predefined values", text, lexical_rank=1, dense_rank=1, similarity=0.8)
+    question = "I'm wondering whether I can declare a path parameter whose value is an Enum member?"
+    scored = score_evidence(question, [page], df={}, n_rows=100)
+    assert not {"whose", "whether", "m"} & set(scored.weights)
+    assert {"declar", "path", "paramet", "valu", "enum", "member", "wonder"} <= set(scored.weights)
+    assert scored.missing_from(1, scored.weights) == [("wonder", scored.weights["wonder"])]
+
+
 @pytest.mark.parametrize(
     "payload",
     ["A" + "a" * 100_000 + "1", "a." * 50_000, "ab-" * 33_000, "Did the x get the " + "(" * 100_000],
