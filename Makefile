@@ -33,7 +33,8 @@ serve: install
 test: install-dev
 	$(BIN)/python -m pytest -q -rs $(ARGS)
 
-# Everything but the tests marked slow (those ingesting a real corpus).
+# Everything but the tests marked slow (ingesting a corpus, starting servers, waiting out retries, crawling
+# every route): the edit-test loop, about 3 minutes on 2 cores. CI runs make test, all of them.
 test-fast: install-dev
 	$(BIN)/python -m pytest -q -rs -m "not slow" $(ARGS)
 

@@ -109,6 +109,7 @@ def _event(tenant_id: int, action: str = "search") -> AuditEvent:
 # ---------- append-only at the database level -----------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_app_role_may_only_insert_and_select_audit_events(make_tenant):
     tenant = make_tenant("aud-priv").tenant

@@ -6,7 +6,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from kbportal.db import embedded_database_status, ensure_embedded_database
+
+pytestmark = pytest.mark.slow  # starts and stops PostgreSQL servers
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -32,6 +32,8 @@ from schemathesis.specs.openapi.checks import (
 from kbportal.wsgi import application
 from projects.services import api_token_create
 
+pytestmark = pytest.mark.slow  # calls every API operation with generated inputs
+
 MAX_EXAMPLES = 25
 # No 5xx, and every response (errors and server-sent events included) matches the schema in
 # status code, content type and body. Left out: negative_data_rejection (DRF coerces a number

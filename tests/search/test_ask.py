@@ -86,6 +86,7 @@ def test_citation_validator_drops_numbers_outside_the_evidence():
     assert removed == [7, 9]
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_llm_planner_and_synthesizer_through_a_loopback_server(kb, settings):
     def responder(body):

@@ -9,6 +9,8 @@ from django.core.management.base import CommandError
 from search.evaluation import EvalInputError, Question, load_questions, score_question
 from search.retrieval import Hit
 
+pytestmark = pytest.mark.slow  # indexes an evaluation corpus
+
 
 def _hit(path="", start=None, end=None, kind="doc_section", external_id="x", metadata=None):
     return Hit(

@@ -107,6 +107,7 @@ def _zebra_tenant(tmp_path):
     return scope_for_operator(tenant_slug="zebra-exact")
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_row_holding_the_exact_code_ranks_first(zebra):
     hits = hybrid_search("What is ZEBRA-4471?", zebra, limit=10, rerank=True).hits

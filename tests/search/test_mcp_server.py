@@ -33,6 +33,8 @@ from projects.models import ApiToken
 from projects.services import api_token_create, api_token_revoke, project_create
 from tests.conftest import subprocess_database_env
 
+pytestmark = pytest.mark.slow  # starts MCP server processes
+
 ROOT = Path(__file__).resolve().parents[2]
 TOOL_NAMES = {"search", "search_slack", "search_code", "recent_prs", "who_knows"}
 CALL_TIMEOUT = 180  # seconds; the first search in a fresh process loads the embedding model

@@ -22,6 +22,8 @@ import pytest
 from projects.services import api_token_create
 from tests.conftest import subprocess_database_env
 
+pytestmark = pytest.mark.slow  # starts gunicorn with its workers
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 START_SECONDS = 120
 

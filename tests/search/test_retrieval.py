@@ -221,6 +221,7 @@ def test_context_expansion_adds_neighbours_and_enclosing_signature(make_tenant, 
     assert hits["app.py#Server.start"].context == "enclosing: class Server(BaseServer):"
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_idf_statistics_drop_ubiquitous_terms_and_rank_rare_ones(make_tenant, settings):
     from kbportal.tenancy import tenant_context
@@ -352,6 +353,7 @@ def test_portal_links_become_absolute_with_a_public_url(settings):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_champion_lists_bound_what_a_common_term_ranks(make_tenant, settings):
     """A lexeme too common to rank every row is ranked over its champion list only, while rows

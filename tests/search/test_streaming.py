@@ -190,6 +190,7 @@ def test_llm_refusing_before_any_token_streams_the_extractive_answer(kb, setting
     assert tokens and "".join(tokens) == done["text"]
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_an_llm_answer_citing_no_evidence_is_replaced_by_the_sources_own_words_or_a_decline(kb, settings):
     """A draft with no [n] is not grounded in the evidence (a small model invents a field name).
@@ -315,6 +316,7 @@ def test_a_slack_channel_the_evidence_does_not_name_is_invented():
     assert invented_names("Which channel owns it?", answer, [thread]) == ["#incident-bot"]
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_an_uncited_draft_the_evidence_supports_gets_citations_and_an_invented_name_is_flagged(kb, settings):
     """A small model often answers from the evidence without writing [n]: its supported sentences
@@ -352,6 +354,7 @@ def test_an_uncited_draft_the_evidence_supports_gets_citations_and_an_invented_n
         assert text_declines(done["text"]) and done["answered"] is False and done["cited"] == [runbook]
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_an_llm_answer_stating_no_value_of_the_asked_form_is_flagged(kb, settings):
     """The question asks for a Slack channel and the evidence holds one (the #billing thread),

@@ -197,6 +197,7 @@ def _git(repo: Path, *args: str) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_checkout_follows_the_index_and_the_globs(workdir, make_tenant, tmp_path):
     from kbportal.tenancy import tenant_context

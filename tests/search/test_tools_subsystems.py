@@ -140,6 +140,7 @@ def test_other_tenants_and_forged_scopes_see_nothing(modules_kb, make_tenant):
     assert module_summaries(scope=forged) == []
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_llm_summaries_are_cached_by_content_hash_and_redone_when_the_file_changes(make_tenant, settings, tmp_path):
     from search.evaluation import fastapi_source_checkout

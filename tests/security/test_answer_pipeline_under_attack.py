@@ -655,6 +655,7 @@ def test_an_llm_saying_yes_cannot_answer_what_the_evidence_model_declines(ans, s
         assert all(line.startswith("    ") for line in lines if "Reply {" in line)
 
 
+@pytest.mark.slow
 def test_an_llm_saying_no_declines_and_a_broken_judgement_leaves_the_model(ans, settings):
     member = scope_for_user(ans.member)
     for judge, status in (

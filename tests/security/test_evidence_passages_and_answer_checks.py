@@ -340,6 +340,7 @@ def test_a_multiline_title_cannot_write_its_own_line_into_the_extractive_answer(
 # ==================================================================================================
 
 
+@pytest.mark.slow
 def test_passages_never_carry_restricted_or_other_tenant_text(a6, settings, tmp_path):
     """API search (query-biased passages), API ask (JSON and stream), the web ask stream and the
     MCP search tools, for questions asking for each answer type the restricted row holds."""

@@ -505,6 +505,7 @@ def _check_deploy(env: dict[str, str]) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_check_deploy_is_clean_for_an_https_configuration():
     https = _check_deploy({"KB_PUBLIC_URL": "https://kb.example.com", "DJANGO_ALLOWED_HOSTS": "kb.example.com"})
     assert https.returncode == 0, https.stderr

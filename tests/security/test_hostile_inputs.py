@@ -213,6 +213,7 @@ def _safe(response, *, expect: set[int] = frozenset({200, 400})) -> str:
     return body
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", ["search:search", "search:people", "search:ask_stream"])
 def test_injection_payloads_on_the_web_pages(atkx, page):
     client = _web(atkx.member)
@@ -226,6 +227,7 @@ def test_injection_payloads_on_the_ask_page(atkx):
         _safe(client.get(reverse("search:ask"), {"q": payload}))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["/search", "/who-knows"])
 def test_injection_payloads_through_the_api(atkx, member_token, path):
     for payload in PAYLOADS:
@@ -242,6 +244,7 @@ def test_injection_payloads_through_the_api_ask(atkx, member_token):
         _safe(r)
 
 
+@pytest.mark.slow
 def test_injection_payloads_in_the_audit_filters(atkx):
     client = _web(atkx.x.admin)
     for payload in PAYLOADS:

@@ -139,6 +139,7 @@ def _georgian_words(n: int, seed: int = 7) -> str:
     return " ".join("".join(rnd.choice(letters) for _ in range(6)) for _ in range(n))
 
 
+@pytest.mark.slow
 def test_one_huge_multibyte_page_does_not_fail_the_whole_source(tenant, tmp_path):
     """DEFECT: MAX_CONTENT_CHARS (400 000 *characters*) is meant to keep a row's tsvector under
     PostgreSQL's 1 MB limit, but with multi-byte text 400 000 characters of distinct words make

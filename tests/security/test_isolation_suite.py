@@ -59,6 +59,8 @@ from django.urls.resolvers import RegexPattern, RoutePattern
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+pytestmark = pytest.mark.slow  # crawls every route as each actor
+
 CUSTOM = {"test_rows": "tests.search.rows_connector.RowsConnector"}
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -356,6 +356,7 @@ def _bearer(token: str) -> dict:
     return {"HTTP_AUTHORIZATION": f"Bearer {token}"}
 
 
+@pytest.mark.slow
 def test_api_ask_stream_search_and_who_knows_keep_restricted_code_out(a5, settings, tmp_path):
     settings.KB_WORKDIR = tmp_path / "work"
     client = Client(raise_request_exception=False)

@@ -28,6 +28,8 @@ from sources.selectors import scope_for_operator, scope_for_user
 from sources.services import source_create, source_ingest
 from tests.sources.confluence_server import EMAIL, TOKEN, ConfluenceWorld, FakeConfluence, world_from_documents
 
+pytestmark = pytest.mark.slow  # loopback API servers; retries are waited out in real time
+
 PAGES = 31 + 10  # the ERB pages and one home page per space
 PARENT = "2025-11-07-us-east-streaming-degradation-postmortem"  # restricted: Rafael Mendes + group
 CHILD = "2025-02-11-hosted-api-latency-fallback-activated"  # internal, listed before its new parent

@@ -226,6 +226,7 @@ def _copy_pages(shared_dir: Path, target: Path, names: list[str]) -> Path:
     return target
 
 
+@pytest.mark.slow
 def test_edited_page_changes_only_its_rows_and_deleted_page_vanishes(tenant_id, shared_dir, tmp_path):
     names = ["tutorial/cookie-params.md", "tutorial/header-params.md", "tutorial/body.md"]
     folder = _copy_pages(shared_dir, tmp_path / "docs", names)

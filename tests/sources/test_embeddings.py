@@ -14,6 +14,8 @@ from django.test import override_settings
 from sources import embeddings
 from sources.embeddings import EmbeddingError, OnnxEmbedder, SentenceTransformerEmbedder
 
+pytestmark = pytest.mark.slow  # loads the torch model and exports it to ONNX
+
 TEXTS = [
     "",
     "retry",

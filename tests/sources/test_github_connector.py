@@ -27,6 +27,8 @@ from sources.selectors import scope_for_operator
 from sources.services import source_create, source_ingest, source_update_config
 from tests.sources.github_server import TOKEN, FakeGitHub, iso, world_from_commits
 
+pytestmark = pytest.mark.slow  # loopback API servers; retries are waited out in real time
+
 PRS = 30
 ISSUES = 5
 TARGET_PR = 16043  # ray.york.755's only PR among the 30: "Fix `exclude_defaults` not propagated ..."

@@ -32,6 +32,8 @@ from sources.selectors import scope_for_operator, scope_for_user
 from sources.services import source_create, source_ingest, source_update_config
 from tests.sources.jira_server import EMAIL, TOKEN, FakeJira, JiraWorld, user, world_from_documents
 
+pytestmark = pytest.mark.slow  # loopback API servers; retries are waited out in real time
+
 ISSUES = 29
 TARGET = "SUP-1911"  # "Streaming stalls" for Northwind Robotics: three comments, by Ben Carter and Elliot Price
 

@@ -103,6 +103,7 @@ def test_fastapi_commits_become_commit_rows_with_pr_numbers(tenant_id, shared_di
     assert again.unchanged == again.seen == 2500
 
 
+@pytest.mark.slow
 def test_erb_documents_keep_titles_content_and_metadata(tenant_id, shared_dir):
     folder = shared_dir / "eval" / "erb" / "docs"
     files = sorted(folder.glob("*/*.json"))

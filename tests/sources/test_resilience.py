@@ -25,6 +25,8 @@ from sources.models import DataSource, Document, IngestionRun
 from sources.scheduling import source_run_lock_held, sources_dispatch_due
 from sources.services import source_create, source_ingest
 
+pytestmark = pytest.mark.slow  # kills ingestion processes mid-run
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 CUSTOM = {"test_rows": "tests.search.rows_connector.RowsConnector"}
 CORPUS_RECORDS = 600

@@ -361,6 +361,7 @@ def test_status_page_shows_health_to_tenant_admins_only(people, client, tmp_path
 # ---------- Celery beat itself ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_beat_keeps_its_schedule_in_the_database_and_sends_the_dispatcher(django_db_setup, django_db_blocker):
     """A real ``celery -A kbportal beat`` (DatabaseScheduler, app role) against this run's test
     database and Redis (127.0.0.1:6379, db 14): it stores the dispatcher entry in
