@@ -34,9 +34,11 @@ test: install-dev
 	$(BIN)/python -m pytest -q -rs $(ARGS)
 
 # Everything but the tests marked slow (ingesting a corpus, starting servers, waiting out retries, crawling
-# every route): the edit-test loop, about 3 minutes on 2 cores. CI runs make test, all of them.
+# every route), on FAST_WORKERS pytest-xdist workers (each with its own test database): the edit-test
+# loop, under 3 minutes on 2 cores. CI runs make test: every test, one process.
+FAST_WORKERS ?= 2
 test-fast: install-dev
-	$(BIN)/python -m pytest -q -rs -m "not slow" $(ARGS)
+	$(BIN)/python -m pytest -q -rs -m "not slow" -n $(FAST_WORKERS) $(ARGS)
 
 lint: install-dev
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
