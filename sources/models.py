@@ -71,13 +71,16 @@ class ProjectSource(TenantOwned):
 
 
 def _duration_label(seconds: float) -> str:
-    """``"40 s"``, ``"3 min"``, ``"1 h 05 min"``: a remaining time rounded for people."""
-    if seconds < 60:
-        return f"{max(5, 5 * round(seconds / 5))} s"
-    minutes = round(seconds / 60)
+    """``"about 40 s"``, ``"about 3 min"``, ``"about 1 h 05 min"``, ``"more than a day"``: a
+    remaining time rounded for people."""
+    if seconds >= 86_400:
+        return "more than a day"
+    if seconds < 57.5:
+        return f"about {max(5, 5 * round(seconds / 5))} s"
+    minutes = max(1, round(seconds / 60))
     if minutes < 60:
-        return f"{minutes} min"
-    return f"{minutes // 60} h {minutes % 60:02d} min"
+        return f"about {minutes} min"
+    return f"about {minutes // 60} h {minutes % 60:02d} min"
 
 
 class IngestionRun(TenantOwned):
@@ -128,8 +131,11 @@ class IngestionRun(TenantOwned):
     def eta_seconds(self, now: datetime) -> float | None:
         """Seconds until a running run finishes, at ``now`` (aware): the elapsed time times
         remaining/done units (linear extrapolation of the rate so far). None before the first
-        unit is done, without a known total, or when the run is not running."""
+        unit is done, once every unit is (the run's closing work remains), without a known total,
+        or when the run is not running."""
         if self.status != self.Status.RUNNING or not self.started_at or not self.units_total or not self.units_done:
+            return None
+        if self.units_done >= self.units_total:
             return None
         elapsed = max((now - self.started_at).total_seconds(), 0.0)
         remaining = max(self.units_total - self.units_done, 0)
@@ -145,7 +151,7 @@ class IngestionRun(TenantOwned):
         label = f"{done:,}/{self.units_total:,} ({100 * done // self.units_total}%)"
         eta = self.eta_seconds(now)
         if eta is not None:
-            label += f", about {_duration_label(eta)} left"
+            label += f", {_duration_label(eta)} left"
         return f"{label}, {rows}"
 
 

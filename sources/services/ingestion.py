@@ -41,6 +41,15 @@ BATCH_SIZE = 64
 MAX_CONTENT_CHARS = 400_000  # keeps one row's tsvector under PostgreSQL's 1 MB limit
 
 ProgressCallback = Callable[[int, int | None], None]
+MAX_UNITS = 2_147_483_647  # PostgreSQL integer, the columns of IngestionRun.units_done/units_total
+
+
+def run_units(report: IngestReport) -> tuple[int, int | None]:
+    """``(units_done, units_total)`` of ``report`` as ``IngestionRun`` stores them: each within
+    0..``MAX_UNITS`` (a remote API's count may be anything), a total of ``None`` kept unknown."""
+    done = min(max(report.done, 0), MAX_UNITS)
+    total = None if report.total is None else min(max(report.total, 0), MAX_UNITS)
+    return done, total
 
 
 class _Batcher:
@@ -218,7 +227,7 @@ class _Batcher:
                 run.updated += batch["updated"]
                 run.unchanged += batch["unchanged"]
                 run.embedded += batch["embedded"]
-                run.units_done, run.units_total = self.report.done, self.report.total
+                run.units_done, run.units_total = run_units(self.report)
                 IngestionRun.objects.filter(pk=run.pk).update(
                     seen=run.seen,
                     created=run.created,
@@ -457,7 +466,7 @@ def _source_ingest(
         run.error = error
         run.skipped = len(report.skipped)
         run.skipped_items = report.skipped[:1000]
-        run.units_done, run.units_total = report.done, report.total
+        run.units_done, run.units_total = run_units(report)
         run.finished_at = timezone.now()
         run.save(
             update_fields=[

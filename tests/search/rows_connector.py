@@ -13,6 +13,7 @@ from sources.connectors.base import Connector, ConnectorConfig, DocumentRow, Ing
 class RowsConfig(ConnectorConfig):
     rows: list[dict[str, Any]]
     count_units: bool = False  # report each row as a unit of progress, with the total known
+    reported_total: int | None = None  # with count_units: the total to report instead (as a remote API might)
 
 
 class RowsConnector(Connector):
@@ -21,7 +22,7 @@ class RowsConnector(Connector):
 
     def iter_rows(self, report: IngestReport) -> Iterator[DocumentRow]:
         if self.config.count_units:
-            report.total = len(self.config.rows)
+            report.total = len(self.config.rows) if self.config.reported_total is None else self.config.reported_total
         for raw in self.config.rows:
             yield DocumentRow(**raw)
             if self.config.count_units:

@@ -180,8 +180,29 @@ def test_the_time_left_extrapolates_the_rate_so_far():
     assert start.progress_label(now + timedelta(seconds=60)) == "25/100 (25%), about 3 min left, 40 rows"
     assert start.progress_label(now + timedelta(seconds=10)) == "25/100 (25%), about 30 s left, 40 rows"
     assert start.progress_label(now + timedelta(hours=1)) == "25/100 (25%), about 3 h 00 min left, 40 rows"
+    assert start.progress_label(now + timedelta(days=30)) == "25/100 (25%), more than a day left, 40 rows"
+    start.units_done = 100  # every unit done, the closing work left: no estimate
+    assert start.progress_label(now + timedelta(seconds=60)) == "100/100 (100%), 40 rows"
     start.units_done = 0  # nothing done yet: no estimate
     assert start.eta_seconds(now + timedelta(seconds=60)) is None
     assert start.progress_label(now) == "0/100 (0%), 40 rows"
     start.units_total = None  # a connector that does not count: rows only
     assert start.progress_label(now) == "40 rows"
+
+
+@pytest.mark.parametrize("reported", [2**40, -1])
+def test_a_total_out_of_the_columns_range_is_stored_clamped_and_the_run_finishes(tenant, reported):
+    """A connector's total comes from a remote API (Jira's search ``total``): a count PostgreSQL's
+    integer cannot hold, or a negative one, is stored within range, never failing the run."""
+    source = source_create(
+        tenant_id=tenant.tenant.pk,
+        kind="test_rows",
+        name="Odd total",
+        config={"rows": _rows(("a", "alpha"), ("b", "beta")), "count_units": True, "reported_total": reported},
+        project_ids=[tenant.project.pk],
+    )
+    run = source_ingest(tenant_id=tenant.tenant.pk, source_id=source.pk)
+    assert (run.status, run.units_done) == ("succeeded", 2)
+    assert run.units_total == (2_147_483_647 if reported > 0 else 0)
+    with tenant_context(tenant.tenant.pk):
+        assert IngestionRun.objects.get(pk=run.pk).units_total == run.units_total

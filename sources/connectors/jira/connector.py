@@ -211,8 +211,9 @@ class JiraConnector(Connector):
                     f"Jira search at {self.client.base_url}{api}/search: expected an object with 'issues'"
                 )
             items = page["issues"]
-            if report.total is None and isinstance(page.get("total"), int):
-                report.total = page["total"]
+            total = page.get("total")
+            if report.total is None and isinstance(total, int) and not isinstance(total, bool) and total >= 0:
+                report.total = total
             for number, item in enumerate(items):
                 label = (
                     str(item.get("key") or item.get("id") or f"search result {start + number + 1}")
