@@ -193,7 +193,8 @@ def answerability_features(scored: ScoredEvidence, evidence: Sequence[Evidence])
     features = {
         "coverage": coverage[best_n] if best_n is not None else 0.0,
         "similarity": max(0.0, max(similarities, default=0.0)),
-        "missing": missing[0][1] if missing else 0.0,
+        # A question left with no term to hold ("Whether or not?") is never covered: nothing checks it.
+        "missing": missing[0][1] if missing else (0.0 if weights else 1.0),
         "agreement": 1.0 / best_rank if best_rank and best_rank <= AGREEMENT_DEPTH else 0.0,
         "margin": max(0.0, scored.margin),
     }

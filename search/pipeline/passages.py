@@ -42,13 +42,30 @@ PROSE_LANGUAGES = frozenset({"markdown", "rst", "text", "asciidoc"})
 # ("I'm" -> "m", "you'll" -> "ll") that PostgreSQL's English stop list keeps as lexemes. They
 # carry no topic, yet a word rare in the scope's rows weighs as a rare question term: "whose"
 # weighed as much as a term no row holds. (Closed classes after Quirk et al., "A Comprehensive
-# Grammar of the English Language", 1985.)
+# Grammar of the English Language", 1985.) See :func:`function_words`.
 FUNCTION_WORDS = frozenset(
     """whose whether yet also either neither else ever anything something nothing everything someone
     anyone everyone somebody anybody everybody whatever whichever whoever however therefore thus hence might
-    must shall could would ought one ones another m d ll ve re""".split()
+    must shall could would ought one ones another""".split()
 )
-_FUNCTION_TEXT = " ".join(sorted(FUNCTION_WORDS))  # read by PostgreSQL with the question, for their lexemes
+_CONTRACTION = re.compile(r"[^\W\d_]['’](m|d|ll|ve|re)\b", re.I)
+
+
+def function_words(question: str) -> list[str]:
+    """The words of ``question`` that are no question terms: each of ``FUNCTION_WORDS`` it holds,
+    except an interrogative "whose" (opening the question or one of its sentences: "Whose job is
+    it ...?" asks for a person), and each contraction tail it writes as one ("I'm", "we'd"; the
+    "D" of "D-Bus" or the "M" of "the M key" stays a term)."""
+    words, asking = set(), False
+    for match in WORD.finditer(question):
+        word = match.group(0).lower()
+        if word in FUNCTION_WORDS:
+            words.add(word)
+            before = question[: match.start()].rstrip()
+            asking = asking or (word == "whose" and (not before or before[-1] in ".!?;:"))
+    words |= {m.group(1).lower() for m in _CONTRACTION.finditer(question)}
+    return sorted(words - {"whose"} if asking else words)
+
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'`(])")
 _FENCE = re.compile(r"```([^\n]*)\n(.*?)(?:```|\Z)", re.S)
@@ -439,7 +456,8 @@ def score_evidence(
     variant_pairs = [(w, v) for w in sorted({w.lower() for w in WORD.findall(question)}) for v in word_variants(w)]
     variant_texts = [text for pair in variant_pairs for text in pair]
     lexemes = lexeme_sets(
-        [_FUNCTION_TEXT, question, asking, *clause_texts, *variant_texts, *block_texts, *[ev.title for ev in blocks]]
+        [" ".join(function_words(question)), question, asking, *clause_texts, *variant_texts, *block_texts]
+        + [ev.title for ev in blocks]
         + [p.text for p in passages]
     )
     function_lex, lexemes = lexemes[0], lexemes[1:]

@@ -971,7 +971,7 @@ def test_a_page_in_the_other_spelling_or_the_long_form_holds_the_question_term(k
 
 
 @pytest.mark.django_db
-def test_function_words_and_contraction_tails_are_no_question_terms(kb):
+def test_function_words_and_contraction_tails_are_no_question_terms():
     """A rare function word ("whose", "whether") or a contraction's tail ("I'm" -> "m") weighs
     as much as the rarest topic word by its document frequency, yet no page need write it: it is
     no term the evidence must hold, and a page holding the topic words covers the question."""
@@ -980,10 +980,37 @@ def test_function_words_and_contraction_tails_are_no_question_terms(kb):
     text = "Declare the path parameter with an Enum class: its value is then one of the Enum's members."
     page = _block(1, "Path parameters > Predefined values", text, lexical_rank=1, dense_rank=1, similarity=0.8)
     question = "I'm wondering whether I can declare a path parameter whose value is an Enum member?"
-    scored = score_evidence(question, [page], df={}, n_rows=100)
+    # Every topic word is common in the scope; the function words are in no row: they would weigh most.
+    df = {"declar": 40, "path": 60, "paramet": 60, "valu": 50, "enum": 20, "member": 30, "wonder": 5}
+    scored = score_evidence(question, [page], df=df, n_rows=100)
     assert not {"whose", "whether", "m"} & set(scored.weights)
-    assert {"declar", "path", "paramet", "valu", "enum", "member", "wonder"} <= set(scored.weights)
+    assert set(scored.weights) == set(df)
     assert scored.missing_from(1, scored.weights) == [("wonder", scored.weights["wonder"])]
+
+
+@pytest.mark.parametrize(
+    "question, kept",
+    [
+        ("Whose job is it to review the billing service?", {"whose"}),  # asks for a person
+        ("The deploy failed. Whose change was it?", {"whose"}),
+        ("How do I deploy over D-Bus?", {"d"}),  # no contraction: the letter names something
+        ("What does the M key do?", {"m"}),
+    ],
+)
+@pytest.mark.django_db
+def test_an_asking_whose_and_a_letter_that_is_no_contraction_stay_question_terms(question, kept):
+    from search.pipeline.passages import score_evidence
+
+    page = _block(1, "Billing", "The billing service is deployed by make release.", lexical_rank=1, dense_rank=1)
+    assert kept <= set(score_evidence(question, [page], df={}, n_rows=100).weights)
+
+
+def test_a_question_of_function_words_alone_has_nothing_covered():
+    """With no term left to hold, the evidence model reads the question as missing everything."""
+    scored = ScoredEvidence(weights={}, asked_lexemes=frozenset())
+    scored.block_lexemes = {1: frozenset({"billing"})}
+    features = answerability_features(scored, [_block(1, "Billing", "The billing service.")])
+    assert features["missing"] == 1.0 and features["coverage"] == 0.0
 
 
 @pytest.mark.parametrize(
