@@ -111,6 +111,9 @@ class IngestionRun(TenantOwned):
     units_total = models.PositiveIntegerField(
         null=True, blank=True, help_text="Units the connector expects in all, when it knows: progress's denominator."
     )
+    units_label = models.CharField(
+        max_length=20, blank=True, default="", help_text="What the units are: files, pages, day files, records..."
+    )
     error = models.TextField(blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -142,13 +145,14 @@ class IngestionRun(TenantOwned):
         return elapsed * remaining / self.units_done
 
     def progress_label(self, now: datetime) -> str:
-        """``"312/1,024 (30%), about 2 min left, 1,560 rows"`` for a running run whose connector
-        counts its units; ``"1,560 rows"`` otherwise."""
+        """``"312/1,024 files (30%), about 2 min left, 1,560 rows"`` for a running run whose
+        connector counts its units; ``"1,560 rows"`` otherwise."""
         rows = f"{self.seen:,} rows"
         if not self.units_total:
             return rows
         done = min(self.units_done, self.units_total)
-        label = f"{done:,}/{self.units_total:,} ({100 * done // self.units_total}%)"
+        unit = f" {self.units_label}" if self.units_label else ""
+        label = f"{done:,}/{self.units_total:,}{unit} ({100 * done // self.units_total}%)"
         eta = self.eta_seconds(now)
         if eta is not None:
             label += f", {_duration_label(eta)} left"

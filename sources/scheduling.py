@@ -414,8 +414,8 @@ class SourceHealth:
     """One source's schedule and health at ``now``.
 
     ``lag_seconds``: now - last success (``None`` before the first success); ``late``: the lag
-    passed twice the interval (or never succeeded after its first attempt); ``state``:
-    ``disabled``, ``running``, ``queued``, ``failing`` (the last run failed; ``backed_off``
+    passed twice the interval (or never succeeded after its first attempt, once that attempt
+    ended); ``state``: ``disabled``, ``running``, ``queued``, ``failing`` (the last run failed; ``backed_off``
     while the backoff lasts), ``never`` (no run yet) or ``ok``; ``last_run`` the newest
     finished run (counts, error), ``active_run`` a queued or running one, ``progress`` the
     running one's done/total units with an estimate of the time left
@@ -477,8 +477,9 @@ def source_health_list(*, tenant_id: int, source_ids: list[int] | None = None) -
     for source in sources:
         interval = timedelta(minutes=max(1, source.sync_interval_minutes))
         lag = (now - source.last_success_at).total_seconds() if source.last_success_at else None
+        # Never succeeded after an attempt: late, unless that first attempt is still queued or running.
         late = (lag is not None and lag > 2 * interval.total_seconds()) or (
-            lag is None and source.last_attempt_at is not None
+            lag is None and source.last_attempt_at is not None and source.pk not in active
         )
         backed_off = source.backoff_until is not None and source.backoff_until > now and source.consecutive_failures > 0
         run = active.get(source.pk)

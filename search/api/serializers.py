@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from search.analytics import ANALYTICS_DAYS_MAX
@@ -241,6 +242,16 @@ class RunSerializer(serializers.Serializer):
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
     duration_seconds = serializers.FloatField(allow_null=True)
+    units_done = serializers.IntegerField(help_text="Units (units_label) the connector has finished: progress.")
+    units_total = serializers.IntegerField(allow_null=True, help_text="Units expected in all (null: not counted).")
+    units_label = serializers.CharField(allow_blank=True, help_text="What a unit is: files, day files, records...")
+    eta_seconds = serializers.SerializerMethodField(
+        help_text="A running run's estimated seconds left (the rate so far, extrapolated), else null."
+    )
+
+    def get_eta_seconds(self, run: IngestionRun) -> float | None:
+        eta = run.eta_seconds(timezone.now())
+        return None if eta is None else round(eta, 1)
 
 
 class RunListSerializer(serializers.Serializer):

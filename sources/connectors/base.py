@@ -129,6 +129,7 @@ class IngestReport:
     def __init__(self) -> None:
         self.skipped: list[dict[str, str]] = []
         self.total: int | None = None  # optional: how many units (files, day files) to expect
+        self.unit: str = ""  # what a unit is, plural ("files", "day files"), for the progress line
         self.done: int = 0  # units finished so far, counted by ``advance``
         self.kept: set[str] = set()  # external ids of stored rows kept, with their children, unread
 

@@ -228,6 +228,7 @@ class _Batcher:
                 run.unchanged += batch["unchanged"]
                 run.embedded += batch["embedded"]
                 run.units_done, run.units_total = run_units(self.report)
+                run.units_label = self.report.unit[:20]
                 IngestionRun.objects.filter(pk=run.pk).update(
                     seen=run.seen,
                     created=run.created,
@@ -236,6 +237,7 @@ class _Batcher:
                     embedded=run.embedded,
                     units_done=run.units_done,
                     units_total=run.units_total,
+                    units_label=run.units_label,
                 )
 
     def _write(self, writes: list[tuple[Document, str]], update_fields: list[str]) -> set[str]:
@@ -467,6 +469,7 @@ def _source_ingest(
         run.skipped = len(report.skipped)
         run.skipped_items = report.skipped[:1000]
         run.units_done, run.units_total = run_units(report)
+        run.units_label = report.unit[:20]
         run.finished_at = timezone.now()
         run.save(
             update_fields=[
@@ -483,6 +486,7 @@ def _source_ingest(
                 "embedded",
                 "units_done",
                 "units_total",
+                "units_label",
             ]
         )
         source_health_record(source_id=source_id, run=run)

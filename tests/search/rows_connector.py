@@ -23,6 +23,7 @@ class RowsConnector(Connector):
     def iter_rows(self, report: IngestReport) -> Iterator[DocumentRow]:
         if self.config.count_units:
             report.total = len(self.config.rows) if self.config.reported_total is None else self.config.reported_total
+            report.unit = "records"
         for raw in self.config.rows:
             yield DocumentRow(**raw)
             if self.config.count_units:

@@ -282,6 +282,8 @@ def test_runs_lists_status_counts_and_errors_per_source(people):
     assert run["source"] == "acme-wiki" and run["status"] == "succeeded"
     assert (run["seen"], run["created"], run["error"]) == (6, 6, "")
     assert run["duration_seconds"] is not None and run["duration_seconds"] >= 0
+    # Progress: this connector counts no units, and a finished run has no time left.
+    assert (run["units_done"], run["units_total"], run["units_label"], run["eta_seconds"]) == (0, None, "", None)
     assert [r["source"] for r in call("get", "/runs", people.outsider).json()["runs"]] == ["globex-wiki"]
     response = call("get", "/runs", people.outsider, data={"source": "acme-wiki"})
     err = assert_error(response, 404, code="not_found", field="source")

@@ -399,6 +399,7 @@ def test_an_identifier_the_sources_never_name_is_not_answered_from_a_longer_one(
     assert "ERR-4471" in result.verdict.missing_terms
 
 
+@pytest.mark.slow  # a wall-clock bound: make test runs it alone; two test-fast workers on 2 cores made it flaky
 def test_the_passage_of_a_maximum_size_record_is_cheap_for_a_long_question():
     """FINDING 5 (medium-low: CPU amplification). ``query_passage`` builds one alternation of every
     content term of the question (``evidence._term_matchers``, no cap on the number of terms) and

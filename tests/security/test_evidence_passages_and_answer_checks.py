@@ -215,6 +215,7 @@ def test_api_search_shows_the_matching_line_after_a_blank_run(a6):
     assert len(hit["text"]) <= 1200 and FAR_OWNER in hit["text"], repr(hit["text"][:80])
 
 
+@pytest.mark.slow  # a wall-clock bound: make test runs it alone; two test-fast workers on 2 cores made it flaky
 def test_passage_of_a_maximum_size_record_is_cheap():
     """Fixed (failed before; F2, medium: CPU amplification). ``query_passage`` runs ``content_terms`` (two
     regex scans and set building) on every line of the whole body, with a Python loop per line:

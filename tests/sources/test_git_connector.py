@@ -412,8 +412,8 @@ def test_an_incremental_run_reads_only_the_files_whose_blob_changed(tenant_id, t
     files = {eid for eid in yielded if not eid.startswith("commit:")}
     assert {eid.split("#")[0] for eid in files} == {"shop/app.py", "NOTES.md"}
     assert len(yielded - files) == 2  # the two commits
-    # Progress counts the three files (the README kept unread) and the two commits.
-    assert report.kept == {"README.md"} and report.done == report.total == 3 + 2
+    # Progress counts the three files, the README kept unread included.
+    assert report.kept == {"README.md"} and report.done == report.total == 3 and report.unit == "files"
 
     run = ingest(tenant_id, source)
     assert run.status == "succeeded", run.error
@@ -539,11 +539,12 @@ def test_binary_undecodable_and_oversize_files_are_skipped_with_reasons(tenant_i
     ]
     paths = {d.path for d in rows(tenant_id, source).values() if d.path}
     assert paths == {"shop/app.py"}
-    # Progress counts files read (the oversize one is never read; skipped ones count) and the
-    # one commit: 4 in all. (Until the first file is done the service reports rows, no total.)
+    # Progress counts files read (the oversize one is never read): 3 in all, skipped ones too.
+    # (Until the first file is done the service reports rows with no total.)
     counted = [done for done, total in progress if total is not None]
-    assert {total for _, total in progress} <= {4, None}
-    assert counted == sorted(counted) and progress[-1] == (4, 4)
+    assert {total for _, total in progress} <= {3, None}
+    assert counted == sorted(counted) and progress[-1] == (3, 3)
+    assert (run.units_done, run.units_total, run.units_label) == (3, 3, "files")
 
 
 def test_failed_run_after_a_successful_one_keeps_the_rows(tenant_id, tmp_path):

@@ -162,12 +162,13 @@ def test_a_running_run_shows_done_of_total_units_and_the_time_left(tenant, clien
             health = {h.source.pk: h for h in source_health_list(tenant_id=tenant.tenant.pk)}[source.pk]
             page = client.get("/sources/status/").content.decode()
             seen_mid_run.append((run, health.progress, page))
+            assert not health.late  # a first run still running is not late (it has not failed yet)
 
     finished = source_ingest(tenant_id=tenant.tenant.pk, source_id=source.pk, progress=progress)
     run, label, page = seen_mid_run[0]
     # The batch is written while the 128th row is being yielded, before its unit is finished.
     assert (run.units_done, run.units_total, run.seen) == (127, 150, 128)
-    assert label.startswith("127/150 (84%), about ") and label.endswith(" left, 128 rows")
+    assert label.startswith("127/150 records (84%), about ") and label.endswith(" left, 128 rows")
     assert f'<span data-field="progress">{label}</span>' in page
     assert (finished.units_done, finished.units_total, finished.status) == (150, 150, "succeeded")
     assert finished.eta_seconds(finished.finished_at) is None  # a finished run has nothing left
@@ -186,6 +187,8 @@ def test_the_time_left_extrapolates_the_rate_so_far():
     start.units_done = 0  # nothing done yet: no estimate
     assert start.eta_seconds(now + timedelta(seconds=60)) is None
     assert start.progress_label(now) == "0/100 (0%), 40 rows"
+    start.units_label = "files"  # what the connector counts, when it says
+    assert start.progress_label(now) == "0/100 files (0%), 40 rows"
     start.units_total = None  # a connector that does not count: rows only
     assert start.progress_label(now) == "40 rows"
 

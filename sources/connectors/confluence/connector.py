@@ -273,6 +273,7 @@ class ConfluenceConnector(Connector):
         if not files:
             raise ConnectorError(f"Confluence export folder {root} holds no .html pages")
         report.total = len(files)
+        report.unit = "files"
         space_key = self.config.space[0] if self.config.space else ""
         for relpath in files:
             full = root / relpath

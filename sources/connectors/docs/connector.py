@@ -309,6 +309,7 @@ class DocsConnector(Connector):
             raise ConnectorError(f"docs path {root} is not a folder")
         files = self.list_files(root)
         report.total = len(files)
+        report.unit = "files"
         for relpath in files:
             rows = self.page_rows(root, relpath, report)
             report.advance()  # progress counts files, skipped ones included

@@ -513,8 +513,9 @@ class GitConnector(Connector):
         """Files with their chunks (sorted by path), then commits newest first. A file whose
         stored row has its blob, link and row format (``bind_source``) is kept, not read.
 
-        Sets ``report.total`` to the number of files plus commits and advances ``report`` by one
-        after each file (kept and skipped ones included) and each commit. Raises ConnectorError before the first row
+        Sets ``report.total`` to the number of files and advances ``report`` by one after each
+        file (kept and skipped ones included); the commits, a row each and cheap beside a file's
+        chunks, come after and count in no unit. Raises ConnectorError before the first row
         when the repository or revision cannot be read.
         """
         repo = self.repository()
@@ -529,7 +530,7 @@ class GitConnector(Connector):
             else:
                 changed.append(entry)
         commits, dates = self.history(repo, commit, {e.path for e in changed})
-        report.total = len(entries) + len(commits)
+        report.total, report.unit = len(entries), "files"
         for entry, data in self.read_blobs(repo, changed):
             text = _decode(entry.path, data, report)
             if text is not None:
@@ -537,7 +538,6 @@ class GitConnector(Connector):
             report.advance()
         for parsed in commits:
             yield self.commit_row(parsed)
-            report.advance()
 
 
 def pr_number(subject: str) -> int | None:

@@ -214,6 +214,7 @@ class JiraConnector(Connector):
             total = page.get("total")
             if report.total is None and isinstance(total, int) and not isinstance(total, bool) and total >= 0:
                 report.total = total
+                report.unit = "issues"
             for number, item in enumerate(items):
                 label = (
                     str(item.get("key") or item.get("id") or f"search result {start + number + 1}")

@@ -171,6 +171,7 @@ class JsonDocumentsConnector(Connector):
         else:
             files, base = [root.name], root.parent
         report.total = sum(self._expected(base / rel) for rel in files)
+        report.unit = "records"
         for rel in files:
             yield from self._file_rows(base, rel, report, single=not root.is_dir())
 

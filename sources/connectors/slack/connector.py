@@ -118,6 +118,7 @@ class SlackConnector(Connector):
         """
         self.client.auth_test()
         report.total = len(self.config.channels)
+        report.unit = "channels"
         for channel_id in self.config.channels:
             try:
                 channel = self.channel(channel_id, fresh=True)

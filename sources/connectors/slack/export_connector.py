@@ -167,6 +167,7 @@ class SlackExportConnector(Connector):
         plan = [(channel, [f"{channel.name}/{day}" for day in day_files.get(channel.name, [])]) for channel in channels]
         plan = [(channel, [p for p in paths if self.path_allowed(p)]) for channel, paths in plan]
         report.total = sum(len(paths) for _, paths in plan)
+        report.unit = "day files"
 
         renderer = SlackRenderer(users=users, channel_names=channel_names)
         for channel, paths in plan:
