@@ -106,13 +106,13 @@ class IngestionRun(TenantOwned):
     skipped = models.PositiveIntegerField(default=0)
     skipped_items = models.JSONField(default=list, blank=True, help_text="[{item, reason}] for skipped files.")
     units_done = models.PositiveIntegerField(
-        default=0, help_text="Units the connector has finished (files, day files, records, commits), for progress."
+        default=0, help_text="Units the connector has finished (files, day files, records...), for progress."
     )
     units_total = models.PositiveIntegerField(
         null=True, blank=True, help_text="Units the connector expects in all, when it knows: progress's denominator."
     )
     units_label = models.CharField(
-        max_length=20, blank=True, default="", help_text="What the units are: files, pages, day files, records..."
+        max_length=20, blank=True, default="", help_text="What the units are: files, day files, records..."
     )
     error = models.TextField(blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -136,13 +136,12 @@ class IngestionRun(TenantOwned):
         remaining/done units (linear extrapolation of the rate so far). None before the first
         unit is done, once every unit is (the run's closing work remains), without a known total,
         or when the run is not running."""
-        if self.status != self.Status.RUNNING or not self.started_at or not self.units_total or not self.units_done:
+        if self.status != self.Status.RUNNING or not self.started_at or not self.units_total:
             return None
-        if self.units_done >= self.units_total:
+        if not 0 < self.units_done < self.units_total:
             return None
         elapsed = max((now - self.started_at).total_seconds(), 0.0)
-        remaining = max(self.units_total - self.units_done, 0)
-        return elapsed * remaining / self.units_done
+        return elapsed * (self.units_total - self.units_done) / self.units_done
 
     def progress_label(self, now: datetime) -> str:
         """``"312/1,024 files (30%), about 2 min left, 1,560 rows"`` for a running run whose

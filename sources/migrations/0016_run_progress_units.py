@@ -13,12 +13,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='ingestionrun',
             name='units_done',
-            field=models.PositiveIntegerField(default=0, help_text='Units the connector has finished (files, day files, records, commits), for progress.'),
+            field=models.PositiveIntegerField(default=0, help_text='Units the connector has finished (files, day files, records...), for progress.'),
         ),
         migrations.AddField(
             model_name='ingestionrun',
             name='units_label',
-            field=models.CharField(blank=True, default='', help_text='What the units are: files, pages, day files, records...', max_length=20),
+            field=models.CharField(blank=True, default='', help_text='What the units are: files, day files, records...', max_length=20),
         ),
         migrations.AddField(
             model_name='ingestionrun',

@@ -44,12 +44,13 @@ ProgressCallback = Callable[[int, int | None], None]
 MAX_UNITS = 2_147_483_647  # PostgreSQL integer, the columns of IngestionRun.units_done/units_total
 
 
-def run_units(report: IngestReport) -> tuple[int, int | None]:
-    """``(units_done, units_total)`` of ``report`` as ``IngestionRun`` stores them: each within
-    0..``MAX_UNITS`` (a remote API's count may be anything), a total of ``None`` kept unknown."""
-    done = min(max(report.done, 0), MAX_UNITS)
-    total = None if report.total is None else min(max(report.total, 0), MAX_UNITS)
-    return done, total
+def _record_units(run: IngestionRun, report: IngestReport) -> None:
+    """Copy ``report``'s progress onto ``run`` (not saved) as its columns hold it: done and total
+    within 0..``MAX_UNITS`` (a remote API's count may be anything; a total of ``None`` stays
+    unknown), the unit's label cut to its 20 characters."""
+    run.units_done = min(max(report.done, 0), MAX_UNITS)
+    run.units_total = None if report.total is None else min(max(report.total, 0), MAX_UNITS)
+    run.units_label = report.unit[:20]
 
 
 class _Batcher:
@@ -227,8 +228,7 @@ class _Batcher:
                 run.updated += batch["updated"]
                 run.unchanged += batch["unchanged"]
                 run.embedded += batch["embedded"]
-                run.units_done, run.units_total = run_units(self.report)
-                run.units_label = self.report.unit[:20]
+                _record_units(run, self.report)
                 IngestionRun.objects.filter(pk=run.pk).update(
                     seen=run.seen,
                     created=run.created,
@@ -468,8 +468,7 @@ def _source_ingest(
         run.error = error
         run.skipped = len(report.skipped)
         run.skipped_items = report.skipped[:1000]
-        run.units_done, run.units_total = run_units(report)
-        run.units_label = report.unit[:20]
+        _record_units(run, report)
         run.finished_at = timezone.now()
         run.save(
             update_fields=[

@@ -27,12 +27,12 @@ def tenant(make_tenant, settings):
     return make_tenant("ingest")
 
 
-def _source(tenant, rows):
+def _source(tenant, rows, *, name="Rows", **config):
     return source_create(
         tenant_id=tenant.tenant.pk,
         kind="test_rows",
-        name="Rows",
-        config={"rows": rows},
+        name=name,
+        config={"rows": rows, **config},
         project_ids=[tenant.project.pk],
     )
 
@@ -144,13 +144,7 @@ def test_task_for_a_deleted_or_foreign_source_is_a_no_op(tenant, make_tenant):
 
 def test_a_running_run_shows_done_of_total_units_and_the_time_left(tenant, client):
     rows = _rows(*((f"r{i}", f"row number {i} of the progress test") for i in range(150)))
-    source = source_create(
-        tenant_id=tenant.tenant.pk,
-        kind="test_rows",
-        name="Counted rows",
-        config={"rows": rows, "count_units": True},
-        project_ids=[tenant.project.pk],
-    )
+    source = _source(tenant, rows, name="Counted rows", count_units=True)
     client.force_login(tenant.admin)
     seen_mid_run: list[tuple[IngestionRun, str, str]] = []
 
@@ -197,13 +191,8 @@ def test_the_time_left_extrapolates_the_rate_so_far():
 def test_a_total_out_of_the_columns_range_is_stored_clamped_and_the_run_finishes(tenant, reported):
     """A connector's total comes from a remote API (Jira's search ``total``): a count PostgreSQL's
     integer cannot hold, or a negative one, is stored within range, never failing the run."""
-    source = source_create(
-        tenant_id=tenant.tenant.pk,
-        kind="test_rows",
-        name="Odd total",
-        config={"rows": _rows(("a", "alpha"), ("b", "beta")), "count_units": True, "reported_total": reported},
-        project_ids=[tenant.project.pk],
-    )
+    rows = _rows(("a", "alpha"), ("b", "beta"))
+    source = _source(tenant, rows, name="Odd total", count_units=True, reported_total=reported)
     run = source_ingest(tenant_id=tenant.tenant.pk, source_id=source.pk)
     assert (run.status, run.units_done) == ("succeeded", 2)
     assert run.units_total == (2_147_483_647 if reported > 0 else 0)
