@@ -357,6 +357,9 @@ KB_RERANK_TIMEOUT = float(os.environ.get("KB_RERANK_TIMEOUT", "12"))
 # The gate's LLM sufficiency judgement (search.pipeline.gate.llm_sufficiency) gives up after this
 # many seconds; the evidence model's decision then stands.
 KB_LLM_JUDGE_TIMEOUT = float(os.environ.get("KB_LLM_JUDGE_TIMEOUT", "20"))
+# A follow-up's rewrite into a standalone question (search.pipeline.followup.llm_rewrite) gives up
+# after this many seconds; the rule's rewrite then stands.
+KB_LLM_REWRITE_TIMEOUT = float(os.environ.get("KB_LLM_REWRITE_TIMEOUT", "15"))
 
 # Embeddings.
 KB_EMBEDDING_BACKEND = os.environ.get("KB_EMBEDDING_BACKEND", "onnx")
