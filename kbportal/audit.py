@@ -61,6 +61,7 @@ ACTIONS = (
     "token.create",
     "token.revoke",
     "feedback",
+    "conversation.delete",
     "member.invite",
     "member.invite_revoke",
     "member.join",

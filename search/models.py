@@ -1,4 +1,5 @@
-"""Asked questions with the answers they got, and the askers' feedback on them."""
+"""Asked questions with the answers they got, the conversations they belong to, and the askers'
+feedback on them."""
 
 from __future__ import annotations
 
@@ -11,22 +12,60 @@ from django.db import models
 from kbportal.tenancy import TenantOwned
 
 
+class Conversation(TenantOwned):
+    """One user's conversation with the portal: answers asked in turn, each follow-up answered with
+    the earlier turns in mind (``search.pipeline.followup``). Only its user sees it.
+
+    ``public_id`` is its id in URLs and the API; ``title`` the first question (cut to 200
+    characters); ``updated_at`` moves with every turn. Deleting it detaches its answers, which
+    stay in analytics and the audit log.
+    """
+
+    TITLE_CHARS = 200
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey("projects.Project", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    title = models.CharField(max_length=TITLE_CHARS)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["tenant", "user", "updated_at"], name="conversation_user_updated")]
+
+    def __str__(self) -> str:
+        return self.title[:80]
+
+
 class AnswerRecord(TenantOwned):
     """One question asked on any surface and the answer it got; feedback attaches to it.
 
-    ``public_id`` is the answer's id in URLs. ``evidence_document_ids`` are the
+    ``public_id`` is the answer's id in URLs. ``conversation`` is the conversation it is a turn
+    of (none: asked on its own); ``standalone_question`` what the pipeline answered when the
+    question was rewritten with the earlier turns in mind (``rewrite_method`` ``rules`` or
+    ``llm``), else blank. ``evidence_document_ids`` are the
     ``sources.Document`` ids shown as evidence, ``cited_document_ids`` those the answer cites
-    (plain ids, not foreign keys: re-ingestion may delete a row, the record keeps its history).
+    (plain ids, not foreign keys: re-ingestion may delete a row, the record keeps its history);
+    ``cited_sources`` the cited blocks as shown (``[{n, title, link, kind, location, updated_at,
+    sections, text}]``, ``text`` cut to ``SOURCE_TEXT_CHARS``), to show the answer again.
     ``tools`` is the executor's report (``[{tool, query, rows, ms}]`` or ``{..., error}``).
     Times are milliseconds; ``first_token_ms`` is from the question to the first answer text.
     """
+
+    SOURCE_TEXT_CHARS = 600
 
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     project = models.ForeignKey("projects.Project", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    conversation = models.ForeignKey(
+        Conversation, null=True, blank=True, on_delete=models.SET_NULL, related_name="turns"
+    )
     question = models.TextField()
+    standalone_question = models.TextField(blank=True)
+    rewrite_method = models.CharField(max_length=10, blank=True)
     answer = models.TextField(blank=True)
     answered = models.BooleanField()
     planner = models.CharField(max_length=20, blank=True)
@@ -34,6 +73,7 @@ class AnswerRecord(TenantOwned):
     tools = models.JSONField(default=list, blank=True)
     evidence_document_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
     cited_document_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    cited_sources = models.JSONField(default=list, blank=True)
     latency_ms = models.FloatField()
     first_token_ms = models.FloatField(null=True, blank=True)
     error = models.TextField(blank=True, help_text="Why the LLM answer was replaced by the extractive one.")

@@ -26,7 +26,7 @@ ALLOWED_ATTRIBUTES = {"a": {"href", "class", "data-n"}, "code": {"class"}}
 _CITED = re.compile(r"\[(\d{1,3})\]")
 
 
-def _with_citation_links(children: list[Token], cited: set[int]) -> list[Token]:
+def _with_citation_links(children: list[Token], cited: set[int], anchor: str) -> list[Token]:
     out: list[Token] = []
     for child in children:
         if child.type == "text_special":  # decoded from an entity or an escape: plain text, never a citation
@@ -42,7 +42,7 @@ def _with_citation_links(children: list[Token], cited: set[int]) -> list[Token]:
                 continue
             if match.start() > pos:
                 out.append(Token("text", "", 0, content=child.content[pos : match.start()]))
-            link = f'<a class="cite" href="#source-{n}" data-n="{n}">[{n}]</a>'
+            link = f'<a class="cite" href="#{anchor}{n}" data-n="{n}">[{n}]</a>'
             out.append(Token("html_inline", "", 0, content=link))
             pos = match.end()
         if pos < len(child.content):
@@ -50,14 +50,17 @@ def _with_citation_links(children: list[Token], cited: set[int]) -> list[Token]:
     return out
 
 
-def answer_html(text: str, cited: Iterable[int] = ()) -> SafeString:
+def answer_html(text: str, cited: Iterable[int] = (), *, anchor: str = "source-") -> SafeString:
     """``text`` (Markdown with ``[n]`` citations) as sanitised HTML, safe to insert in a page;
-    each ``[n]`` with ``n`` in ``cited`` links to ``#source-n``."""
+    each ``[n]`` with ``n`` in ``cited`` links to ``#<anchor>n`` (``anchor``: letters, digits and
+    "-" only; several answers on one page each take their own)."""
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]*", anchor):
+        raise ValueError(f"anchor: letters, digits and '-' only, not {anchor!r}")
     numbers = set(cited)
     tokens = _MARKDOWN.parse(text or "")
     for token in tokens:
         if token.type == "inline" and token.children:
-            token.children = _with_citation_links(token.children, numbers)
+            token.children = _with_citation_links(token.children, numbers, anchor)
     html = _MARKDOWN.renderer.render(tokens, _MARKDOWN.options, {})
     clean = nh3.clean(
         html,

@@ -23,16 +23,18 @@ from django.db import connection
 from kbportal.audit import FROM_REQUEST, audit_record
 from kbportal.tenancy import tenant_context
 from projects.selectors import membership_list_for_user
+from search.conversations import conversation_for_ask, conversation_start
 from search.llm import without_llm
-from search.models import AnswerFeedback, AnswerRecord
+from search.models import AnswerFeedback, AnswerRecord, Conversation
 from search.pipeline.checks import Answer, check_answer
 from search.pipeline.drafts import Draft
 from search.pipeline.evidence import Evidence, evidence_from_hit, number_evidence
 from search.pipeline.executor import execute_plan
+from search.pipeline.followup import Rewrite, Turn, rewrite_followup
 from search.pipeline.gate import Verdict, judge
 from search.pipeline.planner import make_plan
 from search.pipeline.synthesizer import synthesize_stream
-from search.retrieval import clean_query, hybrid_search, scope_where_sql
+from search.retrieval import MAX_QUERY_CHARS, clean_query, hybrid_search, scope_where_sql
 from search.tools.base import run_tool
 from search.tools.people import Expert, who_knows
 from sources.selectors import QueryScope
@@ -49,6 +51,13 @@ class AskResult:
     verdict: Verdict | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
     answer_id: str = ""  # the AnswerRecord's public id (a UUID), for feedback
+    rewrite: Rewrite | None = None  # how a follow-up was read (None: asked on its own)
+    conversation_id: str = ""  # the Conversation's public id (a UUID) when in one
+
+    @property
+    def standalone_question(self) -> str:
+        """What the pipeline answered: the follow-up's rewrite, else the question."""
+        return self.rewrite.standalone if self.rewrite is not None else self.question
 
     @property
     def sources(self) -> list[Evidence]:
@@ -59,7 +68,10 @@ class AskResult:
     def as_dict(self) -> dict[str, Any]:
         return {
             "answer_id": self.answer_id,
+            "conversation_id": self.conversation_id or None,
             "question": self.question,
+            "standalone_question": self.standalone_question,
+            "rewrite": rewrite_dict(self.rewrite),
             "answer": self.answer.text,
             "answered": self.answer.answered,
             "synthesizer": self.answer.synthesizer,
@@ -90,6 +102,20 @@ def verdict_dict(verdict: Verdict | None) -> dict[str, Any] | None:
     }
 
 
+def rewrite_dict(rewrite: Rewrite | None) -> dict[str, Any]:
+    """How a question was read as JSON: ``method`` (``none``, ``rules``, ``llm``), ``standalone``
+    (what was answered), ``carried`` (earlier words the rule added), ``error`` (why the LLM
+    rewrite fell back)."""
+    if rewrite is None:
+        return {"method": "none", "standalone": None, "carried": [], "error": ""}
+    return {
+        "method": rewrite.method,
+        "standalone": rewrite.standalone,
+        "carried": list(rewrite.carried),
+        "error": rewrite.error,
+    }
+
+
 AskEventType = Literal["plan", "tools", "evidence", "token", "done"]
 
 
@@ -99,11 +125,13 @@ class AskEvent:
 
     In order, each once except ``token``:
 
-    - ``plan``: ``{planner: "llm"|"rules"|"fallback", tools: [name], calls: [{tool, query}], errors: [str]}``
+    - ``plan``: ``{planner: "llm"|"rules"|"fallback", tools: [name], calls: [{tool, query}], errors: [str],
+      conversation_id: UUID|null, standalone_question, rewrite: {method, standalone, carried, error}}``
     - ``tools``: ``{tools_run: [{tool, query, rows, ms} | {tool, query, error}], errors: {call: message}, ms}``
     - ``evidence``: ``{evidence: [Evidence.as_dict()]}``, numbered ``n`` = 1..k
     - ``token`` (zero or more): ``{text}``, the next piece of the answer, citations already validated
-    - ``done``: ``{answer_id, question, text, answered, synthesizer, cited: [n], sources: [Evidence.as_dict()],
+    - ``done``: ``{answer_id, conversation_id, question, standalone_question, rewrite,
+      text, answered, synthesizer, cited: [n], sources: [Evidence.as_dict()],
       removed_citations: [n], error, fallback, checks: [name], verdict: {status, decided_by, probability,
       missing_terms, missing_focus, missing_type, features}, timings_ms: {plan, tools, gate, first_token, synthesize,
       total}}``
@@ -129,29 +157,73 @@ def indexed_kinds(scope: QueryScope) -> dict[str, int]:
             return {kind: n for kind, n in cursor.fetchall()}
 
 
-def ask_stream(question: str, scope: QueryScope, *, limit: int = 10) -> Iterator[AskEvent]:
+def ask_stream(
+    question: str,
+    scope: QueryScope,
+    *,
+    limit: int = 10,
+    conversation_id: str | uuid.UUID | None = None,
+    start_conversation: bool = False,
+) -> Iterator[AskEvent]:
     """Answer ``question`` from the scope's sources as a stream of :class:`AskEvent` (see there).
 
     The question is checked before anything runs: raises ``search.retrieval.InvalidQuery`` for a
-    blank or too long one at call time, not at the first event. Citations in ``token`` and ``done`` are only
-    numbers of the evidence. Records the question and answer (``AnswerRecord``) in the scope's
-    tenant before ``done``. Timings are milliseconds from the start of the call.
+    blank or too long one, and ``search.conversations.ConversationNotFound`` for a
+    ``conversation_id`` that is not the scope user's, at call time, not at the first event.
+    In a conversation the question is read with its earlier turns in the same project
+    (``search.pipeline.followup.rewrite_followup``) and the pipeline answers the rewrite;
+    ``start_conversation`` (no id given) starts one titled by the question. Citations in ``token``
+    and ``done`` are only numbers of the evidence. Records the question and answer
+    (``AnswerRecord``) in the scope's tenant before ``done``. Timings are milliseconds from the
+    start of the call.
     """
-    return _ask_events(clean_query(question), scope, limit=limit)
+    question = clean_query(question)
+    conversation: Conversation | None = None
+    history: list[Turn] = []
+    if conversation_id:
+        conversation, history = conversation_for_ask(scope, conversation_id)
+    return _ask_events(
+        question,
+        scope,
+        limit=limit,
+        conversation=conversation,
+        history=history,
+        start_conversation=start_conversation and conversation is None and scope.user_id is not None,
+    )
 
 
 def _ms(since: float) -> float:
     return round((time.perf_counter() - since) * 1000, 1)
 
 
-def _ask_events(question: str, scope: QueryScope, *, limit: int) -> Iterator[AskEvent]:
+def _ask_events(
+    asked: str,
+    scope: QueryScope,
+    *,
+    limit: int,
+    conversation: Conversation | None,
+    history: list[Turn],
+    start_conversation: bool,
+) -> Iterator[AskEvent]:
     t0 = time.perf_counter()
+    rewrite: Rewrite | None = None
+    question = asked
+    if conversation is not None:
+        rewrite = rewrite_followup(asked, history)
+        if rewrite.rewritten and len(rewrite.standalone) <= MAX_QUERY_CHARS:
+            question = rewrite.standalone
+    elif start_conversation:
+        conversation = conversation_start(scope, asked)
+    conversation_id = str(conversation.public_id) if conversation is not None else ""
     plan = make_plan(question, indexed_kinds=indexed_kinds(scope))
     plan_info = {
         "planner": plan.planner,
         "tools": plan.tool_names,
         "calls": [{"tool": c.tool, "query": c.query} for c in plan.calls],
         "errors": plan.errors,
+        "conversation_id": conversation_id or None,
+        "standalone_question": question,
+        "rewrite": rewrite_dict(rewrite),
     }
     timings = {"plan": _ms(t0)}
     yield AskEvent("plan", plan_info)
@@ -180,7 +252,7 @@ def _ask_events(question: str, scope: QueryScope, *, limit: int) -> Iterator[Ask
     timings["total"] = _ms(t0)
 
     result = AskResult(
-        question=question,
+        question=asked,
         answer=answer,
         evidence=execution.evidence,
         plan=plan_info,
@@ -188,13 +260,18 @@ def _ask_events(question: str, scope: QueryScope, *, limit: int) -> Iterator[Ask
         tool_errors=execution.tool_errors,
         verdict=verdict,
         timings_ms=timings,
+        rewrite=rewrite if rewrite is not None and question != asked else None,
+        conversation_id=conversation_id,
     )
-    result.answer_id = str(answer_record_create(scope=scope, result=result).public_id)
+    result.answer_id = str(answer_record_create(scope=scope, result=result, conversation=conversation).public_id)
     yield AskEvent(
         "done",
         {
             "answer_id": result.answer_id,
-            "question": question,
+            "conversation_id": conversation_id or None,
+            "question": asked,
+            "standalone_question": question,
+            "rewrite": rewrite_dict(result.rewrite),
             "text": answer.text,
             "answered": answer.answered,
             "synthesizer": answer.synthesizer,
@@ -211,13 +288,23 @@ def _ask_events(question: str, scope: QueryScope, *, limit: int) -> Iterator[Ask
     )
 
 
-def ask(question: str, scope: QueryScope, *, limit: int = 10) -> AskResult:
+def ask(
+    question: str,
+    scope: QueryScope,
+    *,
+    limit: int = 10,
+    conversation_id: str | uuid.UUID | None = None,
+    start_conversation: bool = False,
+) -> AskResult:
     """Answer ``question`` from the scope's sources, with ``[n]`` citations: :func:`ask_stream`
-    consumed to its end.
+    consumed to its end (the same arguments and errors).
 
     Raises ``search.retrieval.InvalidQuery`` for a blank or too long question. Timings are in milliseconds.
     """
-    for event in ask_stream(question, scope, limit=limit):
+    events = ask_stream(
+        question, scope, limit=limit, conversation_id=conversation_id, start_conversation=start_conversation
+    )
+    for event in events:
         if event.type == "done" and event.result is not None:
             return event.result
     raise AssertionError("ask_stream ended without a done event")
@@ -227,8 +314,21 @@ def _db_text(text: str) -> str:
     return text.replace("\x00", "")  # PostgreSQL text cannot hold NUL; an LLM may still emit it
 
 
-def answer_record_create(*, scope: QueryScope, result: AskResult) -> AnswerRecord:
+def _shown_source(ev: Evidence) -> dict[str, Any]:
+    data = ev.as_dict()
+    keep = ("n", "title", "link", "kind", "location", "updated_at", "sections")
+    shown = {key: data.get(key) for key in keep}
+    shown["text"] = _db_text(str(data.get("text") or ""))[: AnswerRecord.SOURCE_TEXT_CHARS]
+    return shown
+
+
+def answer_record_create(
+    *, scope: QueryScope, result: AskResult, conversation: Conversation | None = None
+) -> AnswerRecord:
     """Record an asked question and its answer in the scope's tenant; returns the row.
+
+    In a ``conversation``, the record is its next turn (the conversation's ``updated_at`` moves)
+    and keeps the rewrite the pipeline answered.
 
     Runs in its own tenant-context transaction, which also writes the ``ask`` audit event
     (question, answer id, project, evidence and cited document ids). Stores document ids (not
@@ -240,7 +340,10 @@ def answer_record_create(*, scope: QueryScope, result: AskResult) -> AnswerRecor
             tenant_id=scope.tenant_id,
             user_id=scope.user_id,
             project_id=scope.project_id,
+            conversation=conversation,
             question=_db_text(result.question),
+            standalone_question=_db_text(result.rewrite.standalone) if result.rewrite is not None else "",
+            rewrite_method=result.rewrite.method if result.rewrite is not None else "",
             answer=_db_text(result.answer.text),
             answered=result.answer.answered,
             planner=result.plan.get("planner", ""),
@@ -249,10 +352,13 @@ def answer_record_create(*, scope: QueryScope, result: AskResult) -> AnswerRecor
             # documents only: a who-knows person block stands in with a negative id (search.tools.people.person_id)
             evidence_document_ids=[i for e in result.evidence for i in e.document_ids if i > 0],
             cited_document_ids=[i for e in result.sources for i in e.document_ids if i > 0],
+            cited_sources=[_shown_source(e) for e in result.sources],
             latency_ms=result.timings_ms.get("total", 0.0),
             first_token_ms=result.timings_ms.get("first_token"),
             error=result.answer.error,
         )
+        if conversation is not None:
+            Conversation.objects.filter(pk=conversation.pk).update(updated_at=record.created_at)
         audit_record(
             action="ask",
             tenant_id=scope.tenant_id,
@@ -262,6 +368,7 @@ def answer_record_create(*, scope: QueryScope, result: AskResult) -> AnswerRecor
             data={
                 "question": record.question,
                 "answer_id": str(record.public_id),
+                "conversation_id": str(conversation.public_id) if conversation is not None else None,
                 "project": scope.project_slug,
                 "answered": record.answered,
                 "evidence_ids": record.evidence_document_ids,

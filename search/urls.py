@@ -1,12 +1,19 @@
 from django.urls import path
 
-from search import views
+from search import conversation_views, views
 
 app_name = "search"
 urlpatterns = [
     path("", views.ask_page, name="ask"),
     path("ask/stream", views.ask_stream_view, name="ask_stream"),
+    path("answers/<uuid:answer_id>/", conversation_views.shared_answer_page, name="shared_answer"),
     path("answers/<uuid:answer_id>/feedback", views.answer_feedback, name="answer_feedback"),
+    path("conversations/", conversation_views.conversation_list_page, name="conversations"),
+    path(
+        "conversations/<uuid:conversation_id>/delete",
+        conversation_views.conversation_delete_view,
+        name="conversation_delete",
+    ),
     path("search/", views.search_page, name="search"),
     path("people/", views.people_page, name="people"),
     path("documents/<uuid:source_public_id>/", views.document_page, name="document"),

@@ -33,6 +33,12 @@ from kbportal.audit import (
 )
 from projects.selectors import ScopeNotFound, project_list_for_user, user_is_tenant_admin, user_tenant_id
 from search.analytics import ANALYTICS_DAYS_MAX, Analytics, analytics_get
+from search.conversations import (
+    ConversationListing,
+    ConversationNotFound,
+    ConversationTurn,
+    conversation_get_for_user,
+)
 from search.rendering import answer_html
 from search.retrieval import MAX_QUERY_CHARS, InvalidQuery, safe_link
 from search.services import AnswerNotFound, answer_feedback_submit, ask, ask_stream, evidence_search, experts_find
@@ -47,8 +53,8 @@ PAGE_HITS = 20  # rows the search page lists
 PAGE_EXPERTS = 10  # people the who-knows page lists
 
 
-def _scope_or_onboarding(request: HttpRequest):
-    project = request.GET.get("project") or None
+def _scope_or_onboarding(request: HttpRequest, default_project: str | None = None):
+    project = request.GET.get("project") or default_project or None
     if project is not None and not _SLUG.fullmatch(project):
         return None, render(request, "search/not_found.html", {"message": "no such project"}, status=404)
     try:
@@ -109,15 +115,32 @@ def _rate_limit_message(retry_after: int) -> str:
     )
 
 
+def _shown_turn(turn: ConversationTurn, anchor: str) -> dict:
+    cited = [s["n"] for s in turn.sources if isinstance(s.get("n"), int)]
+    return {"turn": turn, "html": answer_html(turn.answer, cited, anchor=anchor), "anchor": anchor}
+
+
 @login_required
 def ask_page(request: HttpRequest) -> HttpResponse:
-    """``GET /?q=...&project=...``: the cited answer in one page load (the form without JavaScript).
+    """``GET /?q=...&project=...&conversation=...``: the cited answer in one page load (the form
+    without JavaScript).
 
-    A question from another site's link is not asked: the page shows it in the box with a note,
-    and one press of Ask (a same-origin request) runs it. Over ``KB_ASK_RATE``: 429 with
-    ``Retry-After`` (seconds) and a page saying when to try again.
+    Every question asked here is a turn of a conversation: ``conversation`` (the user's own, else
+    404) continues one, shown above the form with its earlier turns and in its own project
+    unless ``project`` says otherwise; without it, a question starts one. A question from
+    another site's link is not asked: the page shows it in the box with a note, and one press of
+    Ask (a same-origin request) runs it. Over ``KB_ASK_RATE``: 429 with ``Retry-After``
+    (seconds) and a page saying when to try again.
     """
-    scope, response = _scope_or_onboarding(request)
+    conversation_id = request.GET.get("conversation", "").strip()
+    conversation: ConversationListing | None = None
+    turns: list[ConversationTurn] = []
+    if conversation_id:
+        try:
+            conversation, turns = conversation_get_for_user(request.user, conversation_id)
+        except ConversationNotFound:
+            return render(request, "search/not_found.html", {"message": "no such conversation"}, status=404)
+    scope, response = _scope_or_onboarding(request, conversation.project if conversation is not None else None)
     if response is not None:
         return response
     question = request.GET.get("q", "")
@@ -126,6 +149,9 @@ def ask_page(request: HttpRequest) -> HttpResponse:
         "question": question,
         "projects": project_list_for_user(request.user),
         "max_question_chars": MAX_QUERY_CHARS,
+        "conversation": conversation,
+        "conversation_id": conversation.id if conversation is not None else "",
+        "turns": [_shown_turn(turn, f"t{i}-source-") for i, turn in enumerate(turns, start=1)],
     }
     if "q" in request.GET and not _same_origin_request(request):
         context["error"] = "This question came from a link on another site, so it was not asked. Press Ask to ask it."
@@ -140,8 +166,9 @@ def ask_page(request: HttpRequest) -> HttpResponse:
             return response
     if "q" in request.GET:
         try:
-            result = ask(question, scope)
+            result = ask(question, scope, conversation_id=conversation_id or None, start_conversation=True)
             context["result"] = result
+            context["conversation_id"] = result.conversation_id
             context["answer_html"] = answer_html(result.answer.text, result.answer.cited)
         except InvalidQuery as exc:
             context["error"] = str(exc)
@@ -151,9 +178,10 @@ def ask_page(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def ask_stream_view(request: HttpRequest) -> HttpResponseBase:
-    """``GET /ask/stream?q=...&project=...``: the answer as server-sent events (see ``AskEvent``).
+    """``GET /ask/stream?q=...&project=...&conversation=...``: the answer as server-sent events
+    (see ``AskEvent``), a turn of ``conversation`` or the first of a new one.
 
-    404 for a project the user may not use; 400 for a blank question; 403 for a request from
+    404 for a project or conversation the user may not use; 400 for a blank question; 403 for a request from
     another site (``Sec-Fetch-Site``/``Origin``/``Referer``); over ``KB_ASK_RATE``, 429 with
     ``Retry-After`` and one ``failed`` event naming the wait.
     """
@@ -174,9 +202,16 @@ def ask_stream_view(request: HttpRequest) -> HttpResponseBase:
             response["Retry-After"] = str(retry_after)
             return response
     try:
-        events = ask_stream(request.GET.get("q", ""), scope)
+        events = ask_stream(
+            request.GET.get("q", ""),
+            scope,
+            conversation_id=request.GET.get("conversation", "").strip() or None,
+            start_conversation=True,
+        )
     except InvalidQuery as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain")
+    except ConversationNotFound:
+        return HttpResponse("no such conversation", status=404, content_type="text/plain")
     response = StreamingHttpResponse(server_sent_events(events), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass each event through at once

@@ -42,6 +42,12 @@ class AskRequestSerializer(serializers.Serializer):
         help_text=f"The question, in plain words (at most {MAX_QUERY_CHARS:,} characters)."
     )
     project = _project_field(body=True)
+    conversation_id = serializers.UUIDField(
+        required=False,
+        allow_null=True,
+        help_text="Continue this conversation of yours (the `conversation_id` of an earlier answer): the question "
+        "is read with its earlier turns in mind. Without it, a personal token's question starts a new one.",
+    )
 
 
 class AskQuerySerializer(serializers.Serializer):
@@ -171,9 +177,23 @@ class AskEventSerializer(serializers.Serializer):
     )
 
 
+class RewriteSerializer(serializers.Serializer):
+    method = serializers.ChoiceField(choices=["none", "rules", "llm"], help_text="How the follow-up was read.")
+    standalone = serializers.CharField(allow_null=True, help_text="The question answered (null: as asked).")
+    carried = serializers.ListField(child=serializers.CharField(), help_text="Earlier words the rule carried forward.")
+    error = serializers.CharField(allow_blank=True, help_text="Why the LLM rewrite fell back to the rule.")
+
+
 class AskResultSerializer(serializers.Serializer):
     answer_id = serializers.UUIDField(help_text="For POST /api/v1/answers/{answer_id}/feedback.")
+    conversation_id = serializers.UUIDField(
+        allow_null=True, help_text="The conversation this answer is a turn of (null for a service token)."
+    )
     question = serializers.CharField()
+    standalone_question = serializers.CharField(
+        help_text="What was answered: the follow-up's rewrite, or the question."
+    )
+    rewrite = RewriteSerializer()
     answer = serializers.CharField(allow_blank=True, help_text="The answer text with [n] citations.")
     answered = serializers.BooleanField(help_text="False when the evidence does not answer the question.")
     synthesizer = serializers.CharField(help_text="llm or extractive")
@@ -361,3 +381,31 @@ class AnalyticsSerializer(serializers.Serializer):
     feedback_up_share = serializers.FloatField(allow_null=True, help_text="0..1; null without votes.")
     cited_documents = CitedDocumentSerializer(many=True)
     cited_sources = CitedSourceSerializer(many=True)
+
+
+class ConversationSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    title = serializers.CharField(help_text="The first question.")
+    project = serializers.CharField(allow_blank=True, help_text="Project slug (blank if the project was deleted).")
+    turns = serializers.IntegerField()
+    updated_at = serializers.DateTimeField()
+
+
+class ConversationTurnSerializer(serializers.Serializer):
+    answer_id = serializers.UUIDField()
+    question = serializers.CharField()
+    standalone_question = serializers.CharField()
+    rewrite_method = serializers.ChoiceField(choices=["none", "rules", "llm"])
+    answer = serializers.CharField(allow_blank=True)
+    answered = serializers.BooleanField()
+    sources = serializers.ListField(child=serializers.DictField(), help_text="The cited sources as shown then.")
+    created_at = serializers.DateTimeField()
+
+
+class ConversationListSerializer(serializers.Serializer):
+    conversations = ConversationSerializer(many=True, help_text="Most recently active first (at most 100).")
+
+
+class ConversationDetailSerializer(serializers.Serializer):
+    conversation = ConversationSerializer()
+    turns = ConversationTurnSerializer(many=True, help_text="Oldest first.")

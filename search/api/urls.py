@@ -15,6 +15,8 @@ urlpatterns = [
     path("sources/<slug:slug>/sync", views.SourceSyncView.as_view(), name="source_sync"),
     path("runs", views.RunListView.as_view(), name="runs"),
     path("answers/<uuid:answer_id>/feedback", views.AnswerFeedbackView.as_view(), name="answer_feedback"),
+    path("conversations", views.ConversationListView.as_view(), name="conversations"),
+    path("conversations/<uuid:conversation_id>", views.ConversationDetailView.as_view(), name="conversation"),
     path("analytics", views.AnalyticsView.as_view(), name="analytics"),
     path("schema", SpectacularAPIView.as_view(), name="schema"),
     path("docs", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),

@@ -38,6 +38,12 @@ from search.api.selectors import (
 )
 from search.api.services import SyncForbidden, source_sync_request
 from search.api.throttling import ApiThrottle, AskThrottle
+from search.conversations import (
+    ConversationNotFound,
+    conversation_delete,
+    conversation_get_for_user,
+    conversation_list_for_user,
+)
 from search.retrieval import InvalidQuery
 from search.services import (
     AnswerNotFound,
@@ -139,13 +145,19 @@ class AskView(ApiView):
         stream = _valid(s.AskQuerySerializer, request.query_params)["stream"]
         stream = stream or isinstance(request.accepted_renderer, EventStreamRenderer)
         scope = _scope(api_caller(request), body.get("project"))
+        conversation_id = body.get("conversation_id")
         try:
             if stream:
-                events = ask_stream(body["question"], scope)
+                events = ask_stream(body["question"], scope, conversation_id=conversation_id, start_conversation=True)
             else:
-                return Response(ask(body["question"], scope).as_dict())
+                result = ask(body["question"], scope, conversation_id=conversation_id, start_conversation=True)
+                return Response(result.as_dict())
         except InvalidQuery as exc:
             raise field_error("question", str(exc)) from exc
+        except ConversationNotFound as exc:
+            raise FieldNotFound(
+                f"no conversation {body.get('conversation_id')} of yours", field="conversation_id"
+            ) from exc
         response = StreamingHttpResponse(server_sent_events(events), content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # nginx: pass each event through at once
@@ -303,6 +315,63 @@ class AnswerFeedbackView(ApiView):
         return Response(
             s.FeedbackSerializer({"answer_id": answer_id, "vote": feedback.vote, "comment": feedback.comment}).data
         )
+
+
+def _conversation_caller(request: Request) -> ApiCaller:
+    caller = api_caller(request)
+    if caller.user is None:
+        raise exceptions.PermissionDenied("a service token holds no conversations; use a personal token")
+    return caller
+
+
+class ConversationListView(ApiView):
+    """``GET /api/v1/conversations``: the caller's conversations in the token's organization."""
+
+    @extend_schema(
+        operation_id="conversations",
+        tags=["answers"],
+        summary="Your conversations, most recently active first",
+        responses={200: s.ConversationListSerializer, **_errors(401, 403, 429)},
+    )
+    def get(self, request: Request) -> Response:
+        caller = _conversation_caller(request)
+        listing = conversation_list_for_user(caller.user, tenant_id=caller.tenant_id) if caller.tenant_id else []
+        return Response({"conversations": [c.as_dict() for c in listing]})
+
+
+class ConversationDetailView(ApiView):
+    """``GET``/``DELETE /api/v1/conversations/<uuid>``: one of the caller's conversations."""
+
+    def _not_found(self, conversation_id: uuid.UUID) -> FieldNotFound:
+        return FieldNotFound(f"no conversation {conversation_id} of yours", field="conversation_id")
+
+    @extend_schema(
+        operation_id="conversation",
+        tags=["answers"],
+        summary="One of your conversations with its turns",
+        responses={200: s.ConversationDetailSerializer, **_errors(401, 403, 404, 429)},
+    )
+    def get(self, request: Request, conversation_id: uuid.UUID) -> Response:
+        caller = _conversation_caller(request)
+        try:
+            listing, turns = conversation_get_for_user(caller.user, conversation_id, tenant_id=caller.tenant_id)
+        except ConversationNotFound as exc:
+            raise self._not_found(conversation_id) from exc
+        return Response({"conversation": listing.as_dict(), "turns": [t.as_dict() for t in turns]})
+
+    @extend_schema(
+        operation_id="conversation_delete",
+        tags=["answers"],
+        summary="Delete one of your conversations (its answers stay in analytics and the audit log)",
+        responses={204: None, **_errors(401, 403, 404, 429)},
+    )
+    def delete(self, request: Request, conversation_id: uuid.UUID) -> Response:
+        caller = _conversation_caller(request)
+        try:
+            conversation_delete(caller.user, conversation_id, tenant_id=caller.tenant_id)
+        except ConversationNotFound as exc:
+            raise self._not_found(conversation_id) from exc
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class AnalyticsView(ApiView):

@@ -3,7 +3,9 @@
 // everything is rendered with textContent / text nodes; the one exception is the finished
 // answer's done.html, which the server rendered from Markdown and sanitised with nh3
 // (search.rendering.answer_html). Without JavaScript the form does a plain GET and the server
-// renders the whole answer.
+// renders the whole answer. Every answer is a turn of a conversation: done.conversation_id goes
+// into the form, so the next question is a follow-up, and the finished turn moves up into
+// #turns (its source ids renamed, so that each turn's [n] keeps pointing at its own sources).
 (function () {
   "use strict";
   const form = document.getElementById("ask-form");
@@ -11,6 +13,7 @@
   const $ = (id) => document.getElementById(id);
   const live = $("live");
   let source = null;
+  let finishedTurn = false; // the live card holds a finished answer, to move up on the next question
 
   function node(tag, text, className) {
     const n = document.createElement(tag);
@@ -47,9 +50,9 @@
   document.addEventListener("click", (event) => {
     const link = event.target.closest ? event.target.closest("a.cite") : null;
     if (!link) return;
-    const n = link.dataset.n || (link.getAttribute("href") || "").replace("#source-", "");
+    const target = (link.getAttribute("href") || "").replace(/^#/, "");
     for (const li of document.querySelectorAll("ol.sources > li.highlight")) li.classList.remove("highlight");
-    const item = document.getElementById("source-" + n);
+    const item = target ? document.getElementById(target) : null;
     if (item) item.classList.add("highlight");
   });
 
@@ -138,14 +141,52 @@
     box.append(feedbackForm);
   }
 
+  // The finished live turn, copied into #turns with its ids and citation links renamed "tK-source-n".
+  function moveFinishedTurn() {
+    if (!finishedTurn) return;
+    finishedTurn = false;
+    const turns = $("turns");
+    const k = turns.children.length + 1;
+    const card = node("div", null, "card turn");
+    const copy = (id) => {
+      const original = $(id);
+      if (!original || original.hidden || !original.childNodes.length) return;
+      const clone = original.cloneNode(true);
+      clone.removeAttribute("id");
+      card.append(clone);
+    };
+    for (const id of ["live-question", "live-rewrite", "live-answer-html", "live-answer", "live-meta"]) {
+      if (id === "live-answer" && !$("live-answer-html").hidden) continue;
+      const original = $(id);
+      if (!original || original.hidden || !original.textContent.trim()) continue;
+      const wrap = node(id === "live-question" ? "p" : "div", null, id === "live-question" ? "turn-question" : "");
+      if (id === "live-rewrite" || id === "live-meta") wrap.className = "muted";
+      wrap.append(...Array.from(original.cloneNode(true).childNodes));
+      card.append(wrap);
+    }
+    if (!$("live-sources-card").hidden) {
+      copy("live-sources-title");
+      copy("live-sources");
+    }
+    for (const el of card.querySelectorAll("[id]")) el.id = "t" + k + "-" + el.id;
+    for (const a of card.querySelectorAll("a.cite")) {
+      a.setAttribute("href", "#t" + k + "-" + (a.getAttribute("href") || "").replace(/^#/, ""));
+    }
+    for (const f of card.querySelectorAll("form.feedback")) f.remove();
+    turns.append(card);
+  }
+
   function start(params) {
     if (source) source.close();
+    moveFinishedTurn();
     live.hidden = false;
     $("static-result").hidden = true;
-    for (const id of ["live-tools", "live-errors", "live-answer", "live-answer-html", "live-meta", "live-feedback", "live-sources"]) {
+    for (const id of ["live-tools", "live-errors", "live-answer", "live-answer-html", "live-meta", "live-feedback", "live-sources", "live-rewrite"]) {
       $(id).replaceChildren();
     }
     $("live-answer").hidden = false;
+    $("live-rewrite").hidden = true;
+    $("live-question").textContent = params.get("q") || "";
     $("live-answer-html").hidden = true;
     $("live-sources-card").hidden = true;
     const status = $("live-status");
@@ -159,6 +200,10 @@
     const on = (type, handler) => source.addEventListener(type, (e) => handler(JSON.parse(e.data)));
     on("plan", (plan) => {
       status.textContent = "Planner " + plan.planner + " chose " + plan.tools.join(", ") + "; running…";
+      if (plan.rewrite && plan.rewrite.method !== "none" && plan.standalone_question) {
+        $("live-rewrite").textContent = "Understood as: " + plan.standalone_question;
+        $("live-rewrite").hidden = false;
+      }
     });
     on("tools", renderTools);
     on("evidence", (data) => {
@@ -176,6 +221,19 @@
         " ms · " + Math.round(t.total || 0) + " ms in all";
       if (done.fallback) meta += " · " + done.error;
       $("live-meta").textContent = meta;
+      if (done.answer_id) {
+        const share = node("a", "Share link");
+        share.href = form.dataset.shareUrl.replace("00000000-0000-0000-0000-000000000000", done.answer_id);
+        $("live-meta").append(" · ", share);
+      }
+      if (done.conversation_id) {
+        $("conversation-id").value = done.conversation_id;
+        const keep = new URLSearchParams({ conversation: done.conversation_id });
+        if (params.get("project")) keep.set("project", params.get("project"));
+        history.replaceState(null, "", form.action + "?" + keep.toString());
+        form.querySelector('input[name="q"]').placeholder = "Ask a follow-up…";
+      }
+      finishedTurn = true;
       renderSources(done, evidence);
       renderFeedback(done.answer_id);
     });
@@ -220,6 +278,7 @@
     }
     event.preventDefault();
     history.replaceState(null, "", form.action + "?" + params.toString());
+    form.querySelector('input[name="q"]').value = "";
     start(params);
   });
 })();

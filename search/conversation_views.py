@@ -1,0 +1,54 @@
+"""Web pages for conversations and shared answers: the user's conversation list (reopen,
+delete) and an answer's share link. Logic lives in ``search.conversations``."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from search.conversations import (
+    ConversationNotFound,
+    SharedAnswerNotFound,
+    conversation_delete,
+    conversation_list_for_user,
+    shared_answer_get_for_user,
+)
+from search.rendering import answer_html
+
+
+@login_required
+@require_GET
+def conversation_list_page(request: HttpRequest) -> HttpResponse:
+    """``/conversations/``: the user's conversations in their organization, most recent first,
+    each reopening on the ask page, with a delete button."""
+    return render(request, "search/conversations.html", {"conversations": conversation_list_for_user(request.user)})
+
+
+@login_required
+@require_POST
+def conversation_delete_view(request: HttpRequest, conversation_id) -> HttpResponse:
+    """``POST /conversations/<uuid>/delete`` (CSRF-checked): delete one of the user's
+    conversations; anyone else's is 404."""
+    try:
+        conversation_delete(request.user, conversation_id)
+    except ConversationNotFound:
+        return render(request, "search/not_found.html", {"message": "no such conversation"}, status=404)
+    messages.success(request, "The conversation was deleted.")
+    return redirect("search:conversations")
+
+
+@login_required
+@require_GET
+def shared_answer_page(request: HttpRequest, answer_id) -> HttpResponse:
+    """``/answers/<uuid>/``: an answer as it was given, with its cited sources, for anyone who may
+    read every document it cites or showed (``search.conversations.shared_answer_get_for_user``);
+    404 for everyone else, whether or not the answer exists."""
+    try:
+        turn, project = shared_answer_get_for_user(request.user, answer_id)
+    except SharedAnswerNotFound:
+        return render(request, "search/not_found.html", {"message": "no such answer"}, status=404)
+    html = answer_html(turn.answer, [s["n"] for s in turn.sources if isinstance(s.get("n"), int)])
+    return render(request, "search/shared_answer.html", {"turn": turn, "answer_html": html, "project": project})

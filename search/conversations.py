@@ -1,0 +1,257 @@
+"""Conversations and shared answers: the reads and writes around ``Conversation`` and
+``AnswerRecord`` that every surface uses (the ask pipeline itself is ``search.services``).
+
+- A conversation is its user's alone: every function takes the acting user and answers
+  ``ConversationNotFound`` for anyone else's (another user's, another tenant's: the same).
+- A shared answer (``/answers/<id>/``) opens for a member of the answer's tenant who may read
+  its project and every document it cites or showed as evidence; for anyone else it is
+  ``AnswerNotFound`` (a 404), so a link never tells who may not read it that it exists.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Count
+from django.utils.dateparse import parse_datetime
+
+from kbportal.audit import audit_record
+from kbportal.tenancy import tenant_context
+from projects.models import Project
+from projects.selectors import ScopeNotFound, project_get_for_user, project_source_ids, user_tenant_id
+from search.models import AnswerRecord, Conversation
+from search.pipeline.followup import Turn
+from sources.models import Document
+from sources.selectors import QueryScope, user_principals
+
+HISTORY_RECORDS = 5  # earlier turns read for a follow-up (the rewrite looks at fewer)
+CONVERSATIONS_LISTED = 100  # a user's most recent conversations on the list page and the API
+
+
+class ConversationNotFound(LookupError):
+    """No conversation with that id that this user holds (-> 404)."""
+
+
+class SharedAnswerNotFound(LookupError):
+    """No answer with that id that this user may read (-> 404)."""
+
+
+def _uuid(value: str | uuid.UUID, error: type[LookupError]) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError as exc:
+        raise error("no such id") from exc
+
+
+def conversation_for_ask(scope: QueryScope, conversation_id: str | uuid.UUID) -> tuple[Conversation, list[Turn]]:
+    """The scope user's conversation ``conversation_id`` and its last turns asked in the scope's
+    project (oldest first), for a follow-up. Raises ``ConversationNotFound`` for an id that is
+    not a conversation of this user in this tenant."""
+    public_id = _uuid(conversation_id, ConversationNotFound)
+    if scope.user_id is None:
+        raise ConversationNotFound("no such conversation")
+    with tenant_context(scope.tenant_id, user_id=scope.user_id):
+        conversation = Conversation.objects.filter(public_id=public_id, user_id=scope.user_id).first()
+        if conversation is None:
+            raise ConversationNotFound("no such conversation")
+        records = list(
+            AnswerRecord.objects.filter(conversation=conversation, project_id=scope.project_id).order_by("-created_at")[
+                :HISTORY_RECORDS
+            ]
+        )
+    turns = [
+        Turn(question=r.question, standalone=r.standalone_question or r.question, answer=r.answer) for r in records
+    ]
+    return conversation, turns[::-1]
+
+
+def conversation_start(scope: QueryScope, question: str) -> Conversation:
+    """A new conversation of the scope's user in its project, titled by ``question``."""
+    with tenant_context(scope.tenant_id, user_id=scope.user_id):
+        return Conversation.objects.create(
+            tenant_id=scope.tenant_id,
+            user_id=scope.user_id,
+            project_id=scope.project_id,
+            title=" ".join(question.split())[: Conversation.TITLE_CHARS],
+        )
+
+
+@dataclass(frozen=True)
+class ConversationListing:
+    """One line of a user's conversation list: ``id`` (public UUID as text), title, project slug
+    (blank when the project is gone), number of turns, last activity."""
+
+    id: str
+    title: str
+    project: str
+    turns: int
+    updated_at: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "project": self.project,
+            "turns": self.turns,
+            "updated_at": self.updated_at.isoformat(),
+        }
+
+
+def _tenant(user, tenant_id: int | None) -> int | None:
+    return tenant_id if tenant_id is not None else user_tenant_id(user)
+
+
+def conversation_list_for_user(
+    user, *, tenant_id: int | None = None, limit: int = CONVERSATIONS_LISTED
+) -> list[ConversationListing]:
+    """``user``'s conversations in ``tenant_id`` (default: the tenant they work in), most
+    recently active first."""
+    tenant_id = _tenant(user, tenant_id)
+    if tenant_id is None:
+        return []
+    with tenant_context(tenant_id, user_id=user.pk):
+        rows = (
+            Conversation.objects.filter(user=user)
+            .annotate(n_turns=Count("turns"))
+            .select_related("project")
+            .order_by("-updated_at")[:limit]
+        )
+        return [
+            ConversationListing(
+                id=str(c.public_id),
+                title=c.title,
+                project=c.project.slug if c.project else "",
+                turns=c.n_turns,
+                updated_at=c.updated_at,
+            )
+            for c in rows
+        ]
+
+
+@dataclass(frozen=True)
+class ConversationTurn:
+    """One turn as shown again: the stored answer record's fields."""
+
+    answer_id: str
+    question: str
+    standalone_question: str
+    rewrite_method: str
+    answer: str
+    answered: bool
+    sources: list[dict[str, Any]]
+    created_at: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "answer_id": self.answer_id,
+            "question": self.question,
+            "standalone_question": self.standalone_question or self.question,
+            "rewrite_method": self.rewrite_method or "none",
+            "answer": self.answer,
+            "answered": self.answered,
+            "sources": self.sources,
+            "created_at": self.created_at.isoformat(),
+        }
+
+
+def _shown_source(source: dict[str, Any]) -> dict[str, Any]:
+    """A stored cited source with ``updated_at`` a datetime again (``None`` when absent)."""
+    when = source.get("updated_at")
+    return {**source, "updated_at": parse_datetime(when) if isinstance(when, str) else None}
+
+
+def _turn(record: AnswerRecord) -> ConversationTurn:
+    return ConversationTurn(
+        answer_id=str(record.public_id),
+        question=record.question,
+        standalone_question=record.standalone_question,
+        rewrite_method=record.rewrite_method,
+        answer=record.answer,
+        answered=record.answered,
+        sources=[_shown_source(s) for s in record.cited_sources or [] if isinstance(s, dict)],
+        created_at=record.created_at,
+    )
+
+
+def conversation_get_for_user(
+    user, conversation_id: str | uuid.UUID, *, tenant_id: int | None = None
+) -> tuple[ConversationListing, list[ConversationTurn]]:
+    """``user``'s conversation in ``tenant_id`` (default: the tenant they work in) and its turns,
+    oldest first. Raises ``ConversationNotFound``."""
+    public_id = _uuid(conversation_id, ConversationNotFound)
+    tenant_id = _tenant(user, tenant_id)
+    if tenant_id is None:
+        raise ConversationNotFound("no such conversation")
+    with tenant_context(tenant_id, user_id=user.pk):
+        conversation = Conversation.objects.filter(public_id=public_id, user=user).select_related("project").first()
+        if conversation is None:
+            raise ConversationNotFound("no such conversation")
+        records = list(AnswerRecord.objects.filter(conversation=conversation).order_by("created_at"))
+    listing = ConversationListing(
+        id=str(conversation.public_id),
+        title=conversation.title,
+        project=conversation.project.slug if conversation.project else "",
+        turns=len(records),
+        updated_at=conversation.updated_at,
+    )
+    return listing, [_turn(r) for r in records]
+
+
+def conversation_delete(actor, conversation_id: str | uuid.UUID, *, tenant_id: int | None = None) -> None:
+    """Delete ``actor``'s conversation in ``tenant_id`` (default: the tenant they work in; its
+    answers stay, detached, for analytics and the audit log) and write the
+    ``conversation.delete`` audit event. Raises ``ConversationNotFound``."""
+    public_id = _uuid(conversation_id, ConversationNotFound)
+    tenant_id = _tenant(actor, tenant_id)
+    if tenant_id is None:
+        raise ConversationNotFound("no such conversation")
+    with tenant_context(tenant_id, user_id=actor.pk):
+        conversation = Conversation.objects.filter(public_id=public_id, user=actor).first()
+        if conversation is None:
+            raise ConversationNotFound("no such conversation")
+        audit_record(
+            action="conversation.delete",
+            tenant_id=tenant_id,
+            actor=actor,
+            object_type="search.conversation",
+            object_id=conversation.pk,
+            data={"conversation_id": str(conversation.public_id), "title": conversation.title},
+        )
+        conversation.delete()
+
+
+def shared_answer_get_for_user(user, answer_id: str | uuid.UUID) -> tuple[ConversationTurn, str]:
+    """The answer ``answer_id`` and its project's slug, if ``user`` may read it (module docstring):
+    the answer is in the user's tenant, its project is one they may read, and every document it
+    cites or showed as evidence is one they may read (its source in that project, its
+    principals empty or naming them). A document deleted since cannot be checked, so it counts
+    as unreadable. Raises ``SharedAnswerNotFound``."""
+    public_id = _uuid(answer_id, SharedAnswerNotFound)
+    tenant_id = user_tenant_id(user)
+    if tenant_id is None:
+        raise SharedAnswerNotFound("no such answer")
+    with tenant_context(tenant_id, user_id=user.pk):
+        record = AnswerRecord.objects.filter(public_id=public_id).select_related("project").first()
+        project: Project | None = record.project if record is not None else None
+    if record is None or project is None:
+        raise SharedAnswerNotFound("no such answer")
+    try:
+        project_get_for_user(user, project.slug, tenant_id=tenant_id)
+    except ScopeNotFound as exc:
+        raise SharedAnswerNotFound("no such answer") from exc
+    document_ids = set(record.cited_document_ids) | set(record.evidence_document_ids)
+    if document_ids:
+        allowed_sources = set(project_source_ids(project))
+        principals = set(user_principals(user, tenant_id))
+        with tenant_context(tenant_id, user_id=user.pk):
+            documents = list(Document.objects.filter(pk__in=document_ids).values("pk", "source_id", "principals"))
+        readable = {
+            d["pk"]
+            for d in documents
+            if d["source_id"] in allowed_sources and (not d["principals"] or principals.intersection(d["principals"]))
+        }
+        if readable != document_ids:
+            raise SharedAnswerNotFound("no such answer")
+    return _turn(record), project.slug
