@@ -2,10 +2,14 @@
 ``AnswerRecord`` that every surface uses (the ask pipeline itself is ``search.services``).
 
 - A conversation is its user's alone: every function takes the acting user and answers
-  ``ConversationNotFound`` for anyone else's (another user's, another tenant's: the same).
-- A shared answer (``/answers/<id>/``) opens for a member of the answer's tenant who may read
-  its project and every document it cites or showed as evidence; for anyone else it is
-  ``AnswerNotFound`` (a 404), so a link never tells who may not read it that it exists.
+  ``ConversationNotFound`` for anyone else's (another user's, another tenant's: the same). It
+  lives in one project: a follow-up asked in another project is not one of its turns.
+- An answer is *readable* by a user who may read its project now and every document it cited
+  or showed as evidence (the documents a who-knows person block names included). A shared
+  answer (``/answers/<id>/``) opens only when readable, else ``SharedAnswerNotFound`` (a 404),
+  so a link never tells who may not read it that it exists; a reopened conversation shows each
+  turn's answer only when readable (a turn whose project or documents the user lost shows its
+  question and a note), and only readable turns inform a follow-up's rewrite.
 """
 
 from __future__ import annotations
@@ -56,15 +60,61 @@ def conversation_for_ask(scope: QueryScope, conversation_id: str | uuid.UUID) ->
         conversation = Conversation.objects.filter(public_id=public_id, user_id=scope.user_id).first()
         if conversation is None:
             raise ConversationNotFound("no such conversation")
+        if conversation.project_id != scope.project_id:
+            raise ConversationNotFound(f"this conversation is in another project than {scope.project_slug!r}")
         records = list(
             AnswerRecord.objects.filter(conversation=conversation, project_id=scope.project_id).order_by("-created_at")[
                 :HISTORY_RECORDS
             ]
         )
+    readable = readable_record_ids(scope.user_id, scope.tenant_id, records)
     turns = [
-        Turn(question=r.question, standalone=r.standalone_question or r.question, answer=r.answer) for r in records
+        Turn(question=r.question, standalone=r.standalone_question or r.question, answer=r.answer)
+        for r in records
+        if r.pk in readable
     ]
     return conversation, turns[::-1]
+
+
+def readable_record_ids(user_or_id, tenant_id: int, records: list[AnswerRecord]) -> set[int]:
+    """The pks of ``records`` (of ``tenant_id``) whose answers the user (a user or a user id)
+    may read now (module docstring): project readable, every cited or shown document readable
+    in it. A document deleted since cannot be checked, so it counts as unreadable."""
+    from django.contrib.auth import get_user_model
+
+    user = user_or_id if hasattr(user_or_id, "pk") else get_user_model().objects.get(pk=user_or_id)
+    sources_by_project: dict[int, set[int] | None] = {}
+    for project_id in {r.project_id for r in records if r.project_id is not None}:
+        with tenant_context(tenant_id, user_id=user.pk):
+            project = Project.objects.filter(pk=project_id).first()
+        try:
+            if project is None:
+                raise ScopeNotFound("no such project")
+            project_get_for_user(user, project.slug, tenant_id=tenant_id)
+            sources_by_project[project_id] = set(project_source_ids(project))
+        except ScopeNotFound:
+            sources_by_project[project_id] = None
+    wanted = {i for r in records for i in (*r.cited_document_ids, *r.evidence_document_ids)}
+    documents: dict[int, tuple[int, list[str]]] = {}
+    if wanted:
+        with tenant_context(tenant_id, user_id=user.pk):
+            for d in Document.objects.filter(pk__in=wanted).values("pk", "source_id", "principals"):
+                documents[d["pk"]] = (d["source_id"], d["principals"] or [])
+    principals = set(user_principals(user, tenant_id))
+    readable = set()
+    for record in records:
+        allowed = sources_by_project.get(record.project_id) if record.project_id is not None else None
+        if allowed is None:
+            continue
+        ids = set(record.cited_document_ids) | set(record.evidence_document_ids)
+        if all(
+            i in documents
+            and documents[i][0] in allowed
+            and (not documents[i][1] or principals.intersection(documents[i][1]))
+            for i in ids
+        ):
+            readable.add(record.pk)
+    return readable
 
 
 def conversation_start(scope: QueryScope, question: str) -> Conversation:
@@ -104,20 +154,18 @@ def _tenant(user, tenant_id: int | None) -> int | None:
 
 
 def conversation_list_for_user(
-    user, *, tenant_id: int | None = None, limit: int = CONVERSATIONS_LISTED
+    user, *, tenant_id: int | None = None, project_id: int | None = None, limit: int = CONVERSATIONS_LISTED
 ) -> list[ConversationListing]:
     """``user``'s conversations in ``tenant_id`` (default: the tenant they work in), most
-    recently active first."""
+    recently active first; with ``project_id``, only that project's (a token pinned to it)."""
     tenant_id = _tenant(user, tenant_id)
     if tenant_id is None:
         return []
     with tenant_context(tenant_id, user_id=user.pk):
-        rows = (
-            Conversation.objects.filter(user=user)
-            .annotate(n_turns=Count("turns"))
-            .select_related("project")
-            .order_by("-updated_at")[:limit]
-        )
+        conversations = Conversation.objects.filter(user=user)
+        if project_id is not None:
+            conversations = conversations.filter(project_id=project_id)
+        rows = conversations.annotate(n_turns=Count("turns")).select_related("project").order_by("-updated_at")[:limit]
         return [
             ConversationListing(
                 id=str(c.public_id),
@@ -142,6 +190,7 @@ class ConversationTurn:
     answered: bool
     sources: list[dict[str, Any]]
     created_at: Any
+    readable: bool = True  # False: the answer is withheld (its project or a document it used is no longer readable)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -153,6 +202,7 @@ class ConversationTurn:
             "answered": self.answered,
             "sources": self.sources,
             "created_at": self.created_at.isoformat(),
+            "readable": self.readable,
         }
 
 
@@ -162,7 +212,22 @@ def _shown_source(source: dict[str, Any]) -> dict[str, Any]:
     return {**source, "updated_at": parse_datetime(when) if isinstance(when, str) else None}
 
 
-def _turn(record: AnswerRecord) -> ConversationTurn:
+WITHHELD = "This answer is no longer shown: it used a project or document you may not read now."
+
+
+def _turn(record: AnswerRecord, *, readable: bool = True) -> ConversationTurn:
+    if not readable:
+        return ConversationTurn(
+            answer_id=str(record.public_id),
+            question=record.question,
+            standalone_question=record.standalone_question,
+            rewrite_method=record.rewrite_method,
+            answer=WITHHELD,
+            answered=False,
+            sources=[],
+            created_at=record.created_at,
+            readable=False,
+        )
     return ConversationTurn(
         answer_id=str(record.public_id),
         question=record.question,
@@ -175,20 +240,31 @@ def _turn(record: AnswerRecord) -> ConversationTurn:
     )
 
 
+def _conversation(user, public_id: uuid.UUID, project_id: int | None) -> Conversation:
+    """Inside the tenant's context: ``user``'s conversation (in ``project_id`` when given)."""
+    conversations = Conversation.objects.filter(public_id=public_id, user=user)
+    if project_id is not None:
+        conversations = conversations.filter(project_id=project_id)
+    conversation = conversations.select_related("project").first()
+    if conversation is None:
+        raise ConversationNotFound("no such conversation")
+    return conversation
+
+
 def conversation_get_for_user(
-    user, conversation_id: str | uuid.UUID, *, tenant_id: int | None = None
+    user, conversation_id: str | uuid.UUID, *, tenant_id: int | None = None, project_id: int | None = None
 ) -> tuple[ConversationListing, list[ConversationTurn]]:
-    """``user``'s conversation in ``tenant_id`` (default: the tenant they work in) and its turns,
-    oldest first. Raises ``ConversationNotFound``."""
+    """``user``'s conversation in ``tenant_id`` (default: the tenant they work in; with
+    ``project_id``, only if in that project) and its turns, oldest first, each answer withheld
+    unless readable now (module docstring). Raises ``ConversationNotFound``."""
     public_id = _uuid(conversation_id, ConversationNotFound)
     tenant_id = _tenant(user, tenant_id)
     if tenant_id is None:
         raise ConversationNotFound("no such conversation")
     with tenant_context(tenant_id, user_id=user.pk):
-        conversation = Conversation.objects.filter(public_id=public_id, user=user).select_related("project").first()
-        if conversation is None:
-            raise ConversationNotFound("no such conversation")
+        conversation = _conversation(user, public_id, project_id)
         records = list(AnswerRecord.objects.filter(conversation=conversation).order_by("created_at"))
+    readable = readable_record_ids(user, tenant_id, records)
     listing = ConversationListing(
         id=str(conversation.public_id),
         title=conversation.title,
@@ -196,21 +272,21 @@ def conversation_get_for_user(
         turns=len(records),
         updated_at=conversation.updated_at,
     )
-    return listing, [_turn(r) for r in records]
+    return listing, [_turn(r, readable=r.pk in readable) for r in records]
 
 
-def conversation_delete(actor, conversation_id: str | uuid.UUID, *, tenant_id: int | None = None) -> None:
-    """Delete ``actor``'s conversation in ``tenant_id`` (default: the tenant they work in; its
-    answers stay, detached, for analytics and the audit log) and write the
-    ``conversation.delete`` audit event. Raises ``ConversationNotFound``."""
+def conversation_delete(
+    actor, conversation_id: str | uuid.UUID, *, tenant_id: int | None = None, project_id: int | None = None
+) -> None:
+    """Delete ``actor``'s conversation in ``tenant_id`` (default: the tenant they work in; with
+    ``project_id``, only if in that project; its answers stay, detached, for analytics and the
+    audit log) and write the ``conversation.delete`` audit event. Raises ``ConversationNotFound``."""
     public_id = _uuid(conversation_id, ConversationNotFound)
     tenant_id = _tenant(actor, tenant_id)
     if tenant_id is None:
         raise ConversationNotFound("no such conversation")
     with tenant_context(tenant_id, user_id=actor.pk):
-        conversation = Conversation.objects.filter(public_id=public_id, user=actor).first()
-        if conversation is None:
-            raise ConversationNotFound("no such conversation")
+        conversation = _conversation(actor, public_id, project_id)
         audit_record(
             action="conversation.delete",
             tenant_id=tenant_id,
@@ -223,35 +299,15 @@ def conversation_delete(actor, conversation_id: str | uuid.UUID, *, tenant_id: i
 
 
 def shared_answer_get_for_user(user, answer_id: str | uuid.UUID) -> tuple[ConversationTurn, str]:
-    """The answer ``answer_id`` and its project's slug, if ``user`` may read it (module docstring):
-    the answer is in the user's tenant, its project is one they may read, and every document it
-    cites or showed as evidence is one they may read (its source in that project, its
-    principals empty or naming them). A document deleted since cannot be checked, so it counts
-    as unreadable. Raises ``SharedAnswerNotFound``."""
+    """The answer ``answer_id`` and its project's slug, if it is in ``user``'s tenant and readable
+    by them (:func:`readable_record_ids`: its project, and every document it cited or showed).
+    Raises ``SharedAnswerNotFound``."""
     public_id = _uuid(answer_id, SharedAnswerNotFound)
     tenant_id = user_tenant_id(user)
     if tenant_id is None:
         raise SharedAnswerNotFound("no such answer")
     with tenant_context(tenant_id, user_id=user.pk):
         record = AnswerRecord.objects.filter(public_id=public_id).select_related("project").first()
-        project: Project | None = record.project if record is not None else None
-    if record is None or project is None:
+    if record is None or record.project is None or record.pk not in readable_record_ids(user, tenant_id, [record]):
         raise SharedAnswerNotFound("no such answer")
-    try:
-        project_get_for_user(user, project.slug, tenant_id=tenant_id)
-    except ScopeNotFound as exc:
-        raise SharedAnswerNotFound("no such answer") from exc
-    document_ids = set(record.cited_document_ids) | set(record.evidence_document_ids)
-    if document_ids:
-        allowed_sources = set(project_source_ids(project))
-        principals = set(user_principals(user, tenant_id))
-        with tenant_context(tenant_id, user_id=user.pk):
-            documents = list(Document.objects.filter(pk__in=document_ids).values("pk", "source_id", "principals"))
-        readable = {
-            d["pk"]
-            for d in documents
-            if d["source_id"] in allowed_sources and (not d["principals"] or principals.intersection(d["principals"]))
-        }
-        if readable != document_ids:
-            raise SharedAnswerNotFound("no such answer")
-    return _turn(record), project.slug
+    return _turn(record), record.project.slug

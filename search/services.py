@@ -212,6 +212,8 @@ def _ask_events(
         rewrite = rewrite_followup(asked, history)
         if rewrite.rewritten and len(rewrite.standalone) <= MAX_QUERY_CHARS:
             question = rewrite.standalone
+        else:  # not rewritten, or a rule rewrite past the length limit: answered as asked
+            rewrite = None
     elif start_conversation:
         conversation = conversation_start(scope, asked)
     conversation_id = str(conversation.public_id) if conversation is not None else ""
@@ -260,7 +262,7 @@ def _ask_events(
         tool_errors=execution.tool_errors,
         verdict=verdict,
         timings_ms=timings,
-        rewrite=rewrite if rewrite is not None and question != asked else None,
+        rewrite=rewrite,
         conversation_id=conversation_id,
     )
     result.answer_id = str(answer_record_create(scope=scope, result=result, conversation=conversation).public_id)
@@ -314,6 +316,17 @@ def _db_text(text: str) -> str:
     return text.replace("\x00", "")  # PostgreSQL text cannot hold NUL; an LLM may still emit it
 
 
+def shown_document_ids(ev: Evidence) -> list[int]:
+    """The documents a block shows: its rows, or for a who-knows person block the documents
+    its text names (``metadata["documents"]``)."""
+    ids = [i for i in ev.document_ids if i > 0]
+    named_documents = (ev.metadata.get("documents") or []) if ev.kind == "person" else []
+    for named in named_documents:
+        if isinstance(named, dict) and isinstance(named.get("document_id"), int) and named["document_id"] > 0:
+            ids.append(named["document_id"])
+    return ids
+
+
 def _shown_source(ev: Evidence) -> dict[str, Any]:
     data = ev.as_dict()
     keep = ("n", "title", "link", "kind", "location", "updated_at", "sections")
@@ -349,8 +362,9 @@ def answer_record_create(
             planner=result.plan.get("planner", ""),
             synthesizer=result.answer.synthesizer,
             tools=result.tools_run,
-            # documents only: a who-knows person block stands in with a negative id (search.tools.people.person_id)
-            evidence_document_ids=[i for e in result.evidence for i in e.document_ids if i > 0],
+            # documents only: a who-knows person block stands in with a negative id (search.tools.people.person_id);
+            # the documents it names (titles in its text) count as shown, for the share link's check
+            evidence_document_ids=list(dict.fromkeys(i for e in result.evidence for i in shown_document_ids(e))),
             cited_document_ids=[i for e in result.sources for i in e.document_ids if i > 0],
             cited_sources=[_shown_source(e) for e in result.sources],
             latency_ms=result.timings_ms.get("total", 0.0),

@@ -54,7 +54,15 @@ PAGE_EXPERTS = 10  # people the who-knows page lists
 
 
 def _scope_or_onboarding(request: HttpRequest, default_project: str | None = None):
-    project = request.GET.get("project") or default_project or None
+    """``(scope, None)`` for the page's ``project`` (else ``default_project`` when the user may
+    still read it, else their default), or ``(None, response)``: 404 for an unknown or foreign
+    ``project``, the onboarding page for a user with no project at all."""
+    if not request.GET.get("project") and default_project and _SLUG.fullmatch(default_project):
+        try:
+            return scope_for_user(request.user, default_project), None
+        except ScopeNotFound:
+            pass  # the conversation's project is gone or closed to the user: their default one
+    project = request.GET.get("project") or None
     if project is not None and not _SLUG.fullmatch(project):
         return None, render(request, "search/not_found.html", {"message": "no such project"}, status=404)
     try:
@@ -172,6 +180,8 @@ def ask_page(request: HttpRequest) -> HttpResponse:
             context["answer_html"] = answer_html(result.answer.text, result.answer.cited)
         except InvalidQuery as exc:
             context["error"] = str(exc)
+        except ConversationNotFound as exc:  # the conversation is in another project than the one asked in
+            context["error"] = f"{exc}; start a new conversation to ask there."
     return render(request, "search/ask.html", context)
 
 

@@ -317,11 +317,15 @@ class AnswerFeedbackView(ApiView):
         )
 
 
-def _conversation_caller(request: Request) -> ApiCaller:
+def _conversation_caller(request: Request) -> tuple[ApiCaller, int | None]:
+    """The caller and, for a token pinned to a project, that project's id (its conversations
+    only; 404 when the token's user may no longer read it). 403 for a service token."""
     caller = api_caller(request)
     if caller.user is None:
         raise exceptions.PermissionDenied("a service token holds no conversations; use a personal token")
-    return caller
+    if caller.identity is not None and caller.identity.project_pinned:
+        return caller, _scope(caller, None).project_id
+    return caller, None
 
 
 class ConversationListView(ApiView):
@@ -334,8 +338,12 @@ class ConversationListView(ApiView):
         responses={200: s.ConversationListSerializer, **_errors(401, 403, 429)},
     )
     def get(self, request: Request) -> Response:
-        caller = _conversation_caller(request)
-        listing = conversation_list_for_user(caller.user, tenant_id=caller.tenant_id) if caller.tenant_id else []
+        caller, project_id = _conversation_caller(request)
+        listing = (
+            conversation_list_for_user(caller.user, tenant_id=caller.tenant_id, project_id=project_id)
+            if caller.tenant_id
+            else []
+        )
         return Response({"conversations": [c.as_dict() for c in listing]})
 
 
@@ -352,9 +360,11 @@ class ConversationDetailView(ApiView):
         responses={200: s.ConversationDetailSerializer, **_errors(401, 403, 404, 429)},
     )
     def get(self, request: Request, conversation_id: uuid.UUID) -> Response:
-        caller = _conversation_caller(request)
+        caller, project_id = _conversation_caller(request)
         try:
-            listing, turns = conversation_get_for_user(caller.user, conversation_id, tenant_id=caller.tenant_id)
+            listing, turns = conversation_get_for_user(
+                caller.user, conversation_id, tenant_id=caller.tenant_id, project_id=project_id
+            )
         except ConversationNotFound as exc:
             raise self._not_found(conversation_id) from exc
         return Response({"conversation": listing.as_dict(), "turns": [t.as_dict() for t in turns]})
@@ -366,9 +376,9 @@ class ConversationDetailView(ApiView):
         responses={204: None, **_errors(401, 403, 404, 429)},
     )
     def delete(self, request: Request, conversation_id: uuid.UUID) -> Response:
-        caller = _conversation_caller(request)
+        caller, project_id = _conversation_caller(request)
         try:
-            conversation_delete(caller.user, conversation_id, tenant_id=caller.tenant_id)
+            conversation_delete(caller.user, conversation_id, tenant_id=caller.tenant_id, project_id=project_id)
         except ConversationNotFound as exc:
             raise self._not_found(conversation_id) from exc
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -47,7 +47,9 @@ _CONTINUATION = re.compile(
     re.I,
 )
 # Words that point back at something named earlier.
-ANAPHORS = frozenset("it its itself this that these those they them their theirs same such former latter one ones".split())
+ANAPHORS = frozenset(
+    "it its itself this that these those they them their theirs same such former latter one ones".split()
+)
 # "Is it possible to ...", "is there a way": a pronoun that points at nothing.
 _DUMMY = re.compile(
     r"\b(?:is|was|would|will)\s+(?:it|this|that)\s+(?:be\s+)?(?:possible|ok|okay|safe|true|better|worth|necessary|"
@@ -173,12 +175,13 @@ def _rewrite_messages(question: str, history: Sequence[Turn]) -> list[dict[str, 
 def llm_rewrite(question: str, history: Sequence[Turn]) -> str:
     """The LLM's standalone form of ``question`` (one call, timeout ``KB_LLM_REWRITE_TIMEOUT`` s).
 
-    Raises ``ValueError`` for a reply that is not ``{"question": <non-blank string>}`` or is
-    longer than ``search.retrieval.MAX_QUERY_CHARS``, and whatever the client raises (timeout,
-    connection, HTTP error)."""
+    The reply passes the question check every path applies (``search.retrieval.clean_query``:
+    NUL and unpaired surrogates removed, whitespace collapsed). Raises ``ValueError`` for a reply
+    that is not ``{"question": <string>}``, ``InvalidQuery`` (a ``ValueError``) for a blank or too
+    long one, and whatever the client raises (timeout, connection, HTTP error)."""
     from django.conf import settings
 
-    from search.retrieval import MAX_QUERY_CHARS
+    from search.retrieval import clean_query
 
     response = (
         llm_client()
@@ -193,12 +196,9 @@ def llm_rewrite(question: str, history: Sequence[Turn]) -> str:
     )
     content = re.sub(r"^```(?:json)?|```$", "", (response.choices[0].message.content or "").strip())
     value = json.loads(content).get("question")
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str):
         raise ValueError("the reply holds no question")
-    value = " ".join(value.split())
-    if len(value) > MAX_QUERY_CHARS:
-        raise ValueError(f"the rewrite is longer than {MAX_QUERY_CHARS} characters")
-    return value
+    return clean_query(value)
 
 
 def rewrite_followup(question: str, history: Sequence[Turn]) -> Rewrite:
@@ -206,7 +206,9 @@ def rewrite_followup(question: str, history: Sequence[Turn]) -> Rewrite:
 
     No history: the question as asked (``method`` ``none``). With an LLM configured:
     :func:`llm_rewrite` (``method`` ``llm``), falling back to :func:`rule_rewrite` with ``error``
-    set on any failure. Without: :func:`rule_rewrite`. Never raises."""
+    set on any failure (the exception's type and HTTP status only: a provider's message may echo
+    keys or internal URLs, so it goes to the server log). Without: :func:`rule_rewrite`. Never
+    raises."""
     if not history:
         return Rewrite(question=question, standalone=question)
     if llm_configured():
@@ -219,14 +221,16 @@ def rewrite_followup(question: str, history: Sequence[Turn]) -> Rewrite:
                 leans=standalone != question,
             )
         except Exception as exc:  # the rule stands in for a failed call
-            logger.warning("follow-up rewrite failed: %s", type(exc).__name__)
+            logger.warning("follow-up rewrite failed: %s", exc)
+            status = getattr(exc, "status_code", None)
+            http = f", HTTP {status}" if isinstance(status, int) else ""
             fallback = rule_rewrite(question, history)
             return Rewrite(
                 question=fallback.question,
                 standalone=fallback.standalone,
                 method=fallback.method,
                 carried=fallback.carried,
-                error=f"{type(exc).__name__}: {exc}"[:300],
+                error=f"the rewrite failed ({type(exc).__name__}{http}); see the server log",
                 leans=fallback.leans,
             )
     return rule_rewrite(question, history)

@@ -157,7 +157,10 @@ def llm_plan(question: str, *, indexed_kinds: dict[str, int], tries: int = 2) ->
             ]
             return Plan(calls=calls[:4], planner="llm", errors=errors)
         except Exception as exc:  # any failure -> retry, then the search-only fallback
-            errors.append(f"{type(exc).__name__}: {exc}"[:300])
+            # The provider's own message may echo keys or internal URLs: logged, not shown.
+            status = getattr(exc, "status_code", None)
+            http = f", HTTP {status}" if isinstance(status, int) else ""
+            errors.append(f"the planner failed ({type(exc).__name__}{http}); see the server log")
             logger.warning("planner attempt failed: %s", exc)
     return Plan(calls=[PlannedCall("search", question)], planner="fallback", errors=errors)
 

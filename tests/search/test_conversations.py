@@ -185,3 +185,126 @@ def test_a_share_link_opens_only_for_people_who_may_read_every_document_it_cites
     client.force_login(kb.acme.admin)
     page = client.get(reverse("search:shared_answer", args=[public.answer_id])).content.decode()
     assert FIRST in page and 'id="source-' in page
+
+
+@pytest.fixture
+def restricted_project(kb, db):
+    """An Acme project only its members may read, holding one page, with Acme's member in it."""
+    from django.test import override_settings
+
+    from projects.models import Project
+    from projects.services import project_create, project_member_add
+    from sources.services import source_create, source_ingest
+    from tests.search.conftest import CUSTOM
+
+    project = project_create(
+        tenant_id=kb.acme.tenant.pk, name="Merger", slug="conv-merger", visibility=Project.Visibility.MEMBERS
+    )
+    project_member_add(project=project, user=kb.acme_member)
+    row = {
+        "external_id": "merger#codename",
+        "kind": "doc_section",
+        "title": "Merger > Codename",
+        "path": "merger.md",
+        "content": "The wombat merger codename is BLUEHERON; say it to nobody.",
+    }
+    with override_settings(KB_CUSTOM_CONNECTORS=CUSTOM):
+        source = source_create(
+            tenant_id=kb.acme.tenant.pk,
+            kind="test_rows",
+            name="Merger",
+            config={"rows": [row]},
+            project_ids=[project.pk],
+        )
+        assert source_ingest(tenant_id=kb.acme.tenant.pk, source_id=source.pk).status == "succeeded"
+    return project
+
+
+@pytest.mark.django_db
+def test_answers_from_a_project_the_user_lost_are_withheld_everywhere(kb, restricted_project):
+    from projects.services import project_member_remove
+
+    client = Client()
+    client.force_login(kb.acme_member)
+    question = "What is the wombat merger codename?"
+    done = _sse(client.get(reverse("search:ask_stream"), {"q": question, "project": "conv-merger"}))[-1][1]
+    conversation_id = done["conversation_id"]
+    assert "BLUEHERON" in json.dumps(done)
+    page = client.get(reverse("search:ask"), {"conversation": conversation_id}).content.decode()
+    assert "BLUEHERON" in page
+    project_member_remove(project=restricted_project, user=kb.acme_member)
+
+    for params in ({"conversation": conversation_id}, {"conversation": conversation_id, "project": "everything"}):
+        response = client.get(reverse("search:ask"), params)
+        assert response.status_code == 200  # the conversation reopens, in the user's default project
+        page = response.content.decode()
+        assert "BLUEHERON" not in page and question in page and "no longer shown" in page
+    token = api_token_create(tenant=kb.acme.tenant, user=kb.acme_member, name="conv-lost")[1]
+    detail = client.get(f"/api/v1/conversations/{conversation_id}", headers={"Authorization": f"Bearer {token}"})
+    assert detail.status_code == 200 and "BLUEHERON" not in detail.content.decode()
+    assert detail.json()["turns"][0]["readable"] is False
+    assert client.get(reverse("search:shared_answer", args=[done["answer_id"]])).status_code == 404
+    # A follow-up cannot continue it from another project, nor read its turns into a rewrite.
+    stream = client.get(reverse("search:ask_stream"), {"q": "and who knows it?", "conversation": conversation_id})
+    assert stream.status_code == 404
+
+
+@pytest.mark.django_db
+def test_a_token_pinned_to_a_project_reaches_only_that_projects_conversations(kb, restricted_project):
+    from projects.services import project_member_remove
+
+    default = ask(FIRST, scope_for_user(kb.acme_member), start_conversation=True).conversation_id
+    pinned = api_token_create(tenant=kb.acme.tenant, user=kb.acme_member, name="conv-pin", project=restricted_project)[
+        1
+    ]
+    headers = {"Authorization": f"Bearer {pinned}"}
+    client = Client()
+    merger = client.post(
+        "/api/v1/ask",
+        json.dumps({"question": "What is the merger codename?"}),
+        content_type="application/json",
+        headers=headers,
+    ).json()["conversation_id"]
+    ids = [c["id"] for c in client.get("/api/v1/conversations", headers=headers).json()["conversations"]]
+    assert ids == [merger]
+    assert client.get(f"/api/v1/conversations/{default}", headers=headers).status_code == 404
+    assert client.delete(f"/api/v1/conversations/{default}", headers=headers).status_code == 404
+    project_member_remove(project=restricted_project, user=kb.acme_member)
+    assert client.get("/api/v1/conversations", headers=headers).status_code == 404
+    assert client.get(f"/api/v1/conversations/{merger}", headers=headers).status_code == 404
+    assert client.delete(f"/api/v1/conversations/{merger}", headers=headers).status_code == 404
+    with tenant_context(kb.acme.tenant.pk):
+        assert Conversation.objects.filter(public_id__in=[default, merger]).count() == 2
+
+
+def test_a_person_block_shows_the_documents_it_names():
+    from search.pipeline.evidence import Evidence
+    from search.services import shown_document_ids
+
+    person = Evidence(
+        n=1,
+        document_id=-42,
+        kind="person",
+        title="Riley",
+        url="",
+        text="Author: doc_section “Layoff list”.",
+        score=1.0,
+        tool="who_knows",
+        metadata={"documents": [{"document_id": 7, "title": "Layoff list"}, {"document_id": "x"}, "junk"]},
+    )
+    page = Evidence(n=2, document_id=9, kind="doc_section", title="t", url="", text="x", score=0.0, tool="search")
+    assert shown_document_ids(person) == [7]
+    assert shown_document_ids(page) == [9]
+
+
+@pytest.mark.django_db
+def test_a_rule_rewrite_past_the_length_limit_is_not_reported_as_used(kb):
+    scope = scope_for_user(kb.acme_member)
+    conversation_id = ask(FIRST, scope, start_conversation=True).conversation_id
+    long_follow_up = "and " + "x" * 1985 + " for it?"
+    from search.services import ask_stream
+
+    events = list(ask_stream(long_follow_up, scope, conversation_id=conversation_id))
+    plan, done = events[0].data, events[-1].data
+    assert plan["rewrite"]["method"] == "none" and plan["standalone_question"] == long_follow_up
+    assert done["rewrite"]["method"] == "none" and done["standalone_question"] == long_follow_up

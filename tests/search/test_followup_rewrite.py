@@ -96,6 +96,7 @@ def test_the_llm_rewrite_sees_the_earlier_turns_and_its_answer_is_used(settings)
         json.dumps({"question": "   "}),
         json.dumps({"rewritten": "How do I roll back?"}),
         json.dumps({"question": "x" * 5000}),
+        json.dumps({"question": "\u0000 \n "}),
     ],
 )
 def test_a_failed_llm_rewrite_falls_back_to_the_rule_and_says_why(settings, reply):
@@ -109,3 +110,25 @@ def test_a_failed_llm_rewrite_falls_back_to_the_rule_and_says_why(settings, repl
         rewrite = rewrite_followup("and how do I roll it back?", [DEPLOY])
     assert rewrite.method == "rules" and rewrite.error
     assert rewrite.standalone == "and how do I roll it back? (about: deploy billing service)"
+
+
+@pytest.mark.parametrize(
+    "reply", ['{"question": "deploy billing\\u0000 secret"}', '{"question": "deploy \\ud800 billing"}']
+)
+def test_an_llm_rewrite_is_cleaned_like_any_question(settings, reply):
+    with FakeOpenAIServer(lambda body: reply) as server:
+        settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY, settings.KB_LLM_MODEL = server.base_url, "t", "m"
+        rewrite = rewrite_followup("and how do I roll it back?", [DEPLOY])
+    assert rewrite.method == "llm" and "\x00" not in rewrite.standalone and "\ud800" not in rewrite.standalone
+    rewrite.standalone.encode("utf-8")  # no unpaired surrogate left
+
+
+def test_a_failed_rewrite_never_shows_the_providers_message(settings):
+    def responder(body):
+        raise ServerError(401, "Incorrect API key provided: sk-live-SECRETKEY at http://10.0.0.5")
+
+    with FakeOpenAIServer(responder) as server:
+        settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY, settings.KB_LLM_MODEL = server.base_url, "t", "m"
+        rewrite = rewrite_followup("and how do I roll it back?", [DEPLOY])
+    assert rewrite.error == "the rewrite failed (AuthenticationError, HTTP 401); see the server log"
+    assert "SECRET" not in rewrite.error and "10.0.0.5" not in rewrite.error
