@@ -303,6 +303,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # How a follow-up was read: one enum for the ask result's rewrite and a conversation's turns.
+    "ENUM_NAME_OVERRIDES": {"RewriteMethodEnum": ["none", "rules", "llm"]},
 }
 
 # Celery: Redis when configured, else kombu's filesystem transport (no server to run).

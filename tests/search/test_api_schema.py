@@ -51,6 +51,9 @@ REACHED = {
     "POST /api/v1/sources/{slug}/sync": 404,
     "GET /api/v1/runs": 200,
     "POST /api/v1/answers/{answer_id}/feedback": 404,
+    "GET /api/v1/conversations": 200,
+    "GET /api/v1/conversations/{conversation_id}": 404,
+    "DELETE /api/v1/conversations/{conversation_id}": 404,
     "GET /api/v1/analytics": 200,
 }
 OPERATIONS = set(REACHED)

@@ -109,6 +109,7 @@ class Iso:
     private_ext: str
     restricted_ext: str
     answers: list  # the owner's AnswerRecord public ids
+    conversations: list  # the owner's Conversation public ids
     run_ids: list  # [(id, level)]
     document_ids: list  # [(id, level)]
     tokens: dict = field(default_factory=dict)  # actor label -> plain token
@@ -155,7 +156,7 @@ def iso(django_db_setup, django_db_blocker) -> Iso:
         project_member_remove,
         tenant_onboard,
     )
-    from search.models import AnswerRecord
+    from search.models import AnswerRecord, Conversation
     from search.services import ask
     from sources.models import Document, IngestionRun
     from sources.selectors import scope_for_user
@@ -232,16 +233,17 @@ def iso(django_db_setup, django_db_blocker) -> Iso:
 
         # The owner's answers (in both projects) and the runs and documents to name in URLs.
         for project in (b.project, restricted):
-            ask(f"What does the {TOPIC} say?", scope_for_user(b.admin, project.slug))
+            ask(f"What does the {TOPIC} say?", scope_for_user(b.admin, project.slug), start_conversation=True)
         with tenant_context(b.tenant.pk):
             answers = [str(u) for u in AnswerRecord.objects.values_list("public_id", flat=True)]
+            conversations = [str(u) for u in Conversation.objects.values_list("public_id", flat=True)]
             level_of = {open_source.pk: "tenant", restricted_source.pk: "project"}
             run_ids = [(pk, level_of[s]) for pk, s in IngestionRun.objects.values_list("pk", "source_id")]
             document_ids = [
                 (pk, "private" if principals else level_of[s])
                 for pk, s, principals in Document.objects.values_list("pk", "source_id", "principals")
             ]
-    assert len(answers) == 2 and run_ids and len(document_ids) == 4
+    assert len(answers) == 2 and len(conversations) == 2 and run_ids and len(document_ids) == 4
     return Iso(
         b_tenant=b.tenant,
         owner=b.admin,
@@ -255,6 +257,7 @@ def iso(django_db_setup, django_db_blocker) -> Iso:
         private_ext="C-open:1700000000.0001",
         restricted_ext="restricted#guide",
         answers=answers,
+        conversations=conversations,
         run_ids=run_ids,
         document_ids=document_ids,
         tokens=tokens,
@@ -335,6 +338,8 @@ def _values_for(iso: Iso, name: str, kind: str, public: bool, admin: bool = Fals
     sources = [(iso.open_source, "tenant"), (iso.restricted_source, "project")]
     if "answer" in n:
         return [(a, "private") for a in iso.answers] if uuid_like else None
+    if "conversation" in n:
+        return [(c, "private") for c in iso.conversations] if uuid_like else None
     if "run" in n and int_like:
         return [(str(r), level) for r, level in iso.run_ids]
     if "source" in n or "hook" in n:
