@@ -18,21 +18,27 @@ class Conversation(TenantOwned):
 
     ``public_id`` is its id in URLs and the API; ``title`` the first question (cut to 200
     characters); ``updated_at`` moves with every turn. Deleting it detaches its answers, which
-    stay in analytics and the audit log.
+    stay in analytics and the audit log. ``slack_thread`` (``<channel>:<thread ts>``) is the
+    Slack thread it is held in when asked of the Slack bot (``search.slack_bot``), else blank.
     """
 
     TITLE_CHARS = 200
+    SLACK_THREAD_CHARS = 64
 
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     project = models.ForeignKey("projects.Project", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     title = models.CharField(max_length=TITLE_CHARS)
+    slack_thread = models.CharField(max_length=SLACK_THREAD_CHARS, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["-updated_at"]
-        indexes = [models.Index(fields=["tenant", "user", "updated_at"], name="conversation_user_updated")]
+        indexes = [
+            models.Index(fields=["tenant", "user", "updated_at"], name="conversation_user_updated"),
+            models.Index(fields=["tenant", "slack_thread"], name="conversation_slack_thread"),
+        ]
 
     def __str__(self) -> str:
         return self.title[:80]
@@ -118,3 +124,22 @@ class AnswerFeedback(TenantOwned):
 
     def __str__(self) -> str:
         return f"{'+1' if self.vote > 0 else '-1'} on {self.answer_record_id}"
+
+
+class SlackAnswer(TenantOwned):
+    """A message the Slack bot posted (``channel``, ``ts``) and the answer it holds, so that a
+    reaction on it becomes the asker's feedback (``search.slack_bot``)."""
+
+    source = models.ForeignKey("sources.DataSource", on_delete=models.CASCADE, related_name="+")
+    channel = models.CharField(max_length=32)
+    ts = models.CharField(max_length=32)
+    answer_record = models.ForeignKey(AnswerRecord, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["source", "channel", "ts"], name="slackanswer_one_per_message"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel}:{self.ts}"

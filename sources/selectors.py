@@ -70,15 +70,16 @@ class QueryScope:
     principals: tuple[str, ...] = ()
 
 
-def scope_for_user(user, project_slug: str | None = None) -> QueryScope:
-    """The :class:`QueryScope` for ``user`` in ``project_slug`` (default: their default project).
+def scope_for_user(user, project_slug: str | None = None, *, tenant_id: int | None = None) -> QueryScope:
+    """The :class:`QueryScope` for ``user`` in ``project_slug`` (default: their default project),
+    in ``tenant_id`` (default: the tenant they work in; the caller has checked they belong to it).
 
     The project and its data sources come from ``projects.selectors.project_get_for_user`` (the
     one check of project visibility and membership; an unreadable default falls back to another
     readable project). Raises ``ScopeNotFound`` when the user has no tenant, no readable default
     project, or ``project_slug`` is not a project of their tenant they may read.
     """
-    tenant_id = user_tenant_id(user)
+    tenant_id = tenant_id if tenant_id is not None else user_tenant_id(user)
     if tenant_id is None:
         raise ScopeNotFound("you do not belong to any organization yet")
     project = project_get_for_user(user, project_slug, tenant_id=tenant_id)

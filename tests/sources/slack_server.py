@@ -10,7 +10,8 @@ thread fields. :class:`FakeSlack` serves that state:
   ``oldest``/``latest``/``inclusive``, cursor pages), ``conversations.replies`` (parent then
   replies, cursor pages, ``thread_not_found``), ``conversations.info``, ``conversations.members``
   (cursor pages), ``users.info``, ``usergroups.list`` (``missing_scope`` while the world has
-  none) and ``apps.connections.open`` (app-level token only), answering
+  none), ``chat.postMessage`` (recorded in ``posted``, answered with a new ``ts``; the message
+  is not added to the world) and ``apps.connections.open`` (app-level token only), answering
   ``invalid_auth`` to a wrong bearer token, and HTTP 429 with ``Retry-After`` when a rate limit
   is armed (:meth:`FakeSlack.rate_limit`). Every request is logged with its time and status.
 - a WebSocket server (the ``websockets`` library) at the URL ``apps.connections.open`` hands
@@ -225,6 +226,8 @@ class FakeSlack:
         self.calls: list[Call] = []
         self.acks: dict[str, float] = {}
         self.sent: dict[str, float] = {}
+        self.posted: list[dict[str, Any]] = []  # chat.postMessage calls: params plus "ts" and "at" (monotonic)
+        self._next_post = 0
         self._rate_limits: dict[str, list[int]] = {}
         self._lock = threading.Lock()
         self._outbox: queue.Queue[str] = queue.Queue()
@@ -513,6 +516,31 @@ class FakeSlack:
             for group in copy.deepcopy(self.world.usergroups)
         ]
         return {"ok": True, "usergroups": groups}
+
+    def _api_chat_postMessage(self, params: dict[str, str]) -> dict[str, Any]:  # noqa: N802 (Slack's name)
+        channel, text = params.get("channel", ""), params.get("text", "")
+        if not channel:
+            return {"ok": False, "error": "channel_not_found"}
+        if not text.strip():
+            return {"ok": False, "error": "no_text"}
+        with self._lock:
+            self._next_post += 1
+            ts = f"{int(time.time())}.{self._next_post:06d}"
+            self.posted.append({**params, "ts": ts, "at": time.monotonic()})
+        message = {"type": "message", "text": text, "user": "U0BOT", "bot_id": "B0BOT", "ts": ts}
+        if params.get("thread_ts"):
+            message["thread_ts"] = params["thread_ts"]
+        return {"ok": True, "channel": channel, "ts": ts, "message": message}
+
+    def wait_posted(self, count: int, timeout: float = 60.0) -> list[dict[str, Any]]:
+        """The ``chat.postMessage`` calls once there are at least ``count``; raises ``TimeoutError``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if len(self.posted) >= count:
+                    return list(self.posted)
+            time.sleep(0.01)
+        raise TimeoutError(f"{len(self.posted)} of {count} messages posted within {timeout} s")
 
     def _api_users_info(self, params: dict[str, str]) -> dict[str, Any]:
         user_id = params.get("user", "")

@@ -6,7 +6,11 @@ configured Web API ``base_url`` to get the WebSocket URL, answers every envelope
 ``{"envelope_id": ...}`` before doing anything else (Slack redelivers an envelope not acked
 within 3 s), drops an ``event_id`` it has seen recently (a bounded in-memory set; the caller's
 handler adds a database guard that survives restarts) and hands each message event that can
-change a row to the handler as a :class:`SlackChange`. Nothing here touches the database.
+change a row to the handler as a :class:`SlackChange`. With a ``bot`` callable, the events
+addressed to the app (``app_mention``, a direct message, ``reaction_added``: see
+:func:`for_bot`) go to it instead, on the same connection: Slack delivers each event to one
+connection of an app, so ingestion and the bot (``search.slack_bot``) must share it. Nothing
+here touches the database.
 """
 
 from __future__ import annotations
@@ -94,15 +98,31 @@ def parse_event(payload: dict[str, Any], *, channels: Collection[str]) -> SlackC
     return SlackChange(event_id=event_id, channel=channel, ts=str(ts), thread_ts=str(thread_ts), action=action, bot=bot)
 
 
+BOT_EVENT_TYPES = frozenset({"app_mention", "reaction_added"})
+
+
+def for_bot(payload: dict[str, Any]) -> bool:
+    """Whether an Events API payload is addressed to the app itself: a mention, a reaction, or
+    a message in a direct conversation with it (``channel_type`` ``im``)."""
+    event = payload.get("event")
+    if not isinstance(event, dict):
+        return False
+    return event.get("type") in BOT_EVENT_TYPES or (
+        event.get("type") == "message" and event.get("channel_type") == "im"
+    )
+
+
 class SlackEventStream:
     """A Socket Mode connection feeding :class:`SlackChange` objects to ``handler``.
 
     ``handler(change)`` runs on one of the client's worker threads (``concurrency`` of them),
     after the envelope was acked, and returns false when its own (durable) guard had already
     seen the event id (counted as a duplicate); an exception in it is logged (token-redacted) and counted in
-    ``stats["failed"]``, never propagated. ``stats`` counts ``envelopes``, ``acked``,
-    ``duplicates``, ``ignored``, ``handled`` and ``failed``. Raises ``ConnectorError`` when the
-    config has no ``app_token``.
+    ``stats["failed"]``, never propagated. ``bot(payload)``, when given, takes the events
+    :func:`for_bot` picks and returns what it did (counted as ``stats["bot_<outcome>"]``; its
+    exceptions are logged and counted in ``failed`` too). ``stats`` counts ``envelopes``,
+    ``acked``, ``duplicates``, ``ignored``, ``handled`` and ``failed``. Raises
+    ``ConnectorError`` when the config has no ``app_token``.
     """
 
     def __init__(
@@ -112,11 +132,13 @@ class SlackEventStream:
         handler: Callable[[SlackChange], bool],
         concurrency: int = 4,
         recent_size: int = RECENT_EVENT_IDS,
+        bot: Callable[[dict[str, Any]], str] | None = None,
     ) -> None:
         if config.app_token is None:
             raise ConnectorError("Socket Mode needs the app-level token: add app_token (xapp-...) to the config")
         self.config = config
         self.handler = handler
+        self.bot = bot
         self.channels = frozenset(config.channels)
         self.recent_size = recent_size
         self.stats: Counter[str] = Counter()
@@ -180,6 +202,15 @@ class SlackEventStream:
         event_id = request.payload.get("event_id")
         if isinstance(event_id, str) and event_id and self.seen_recently(event_id):
             self._count("duplicates")
+            return
+        if self.bot is not None and for_bot(request.payload):
+            try:
+                outcome = self.bot(request.payload)
+            except Exception as exc:  # logged and counted; the asker may ask again
+                logger.error("Slack bot event %s failed: %s", event_id, self.redact(repr(exc)))
+                self._count("failed")
+                return
+            self._count(f"bot_{outcome}")
             return
         change = parse_event(request.payload, channels=self.channels)
         if change is None:

@@ -1,4 +1,6 @@
-"""``manage.py slack_listen --source <tenant>/<slug>``: apply a live Slack source's events as they happen."""
+"""``manage.py slack_listen --source <tenant>/<slug> [--answer]``: apply a live Slack source's events as
+they happen; with ``--answer``, the same connection also answers mentions and direct messages
+(``search.slack_bot``)."""
 
 from __future__ import annotations
 
@@ -31,8 +33,13 @@ class Command(BaseCommand):
         parser.add_argument("--source", required=True, help="data source: <tenant>/<slug>, slug, or id")
         parser.add_argument("--tenant", help="tenant slug, when the source slug is in several tenants")
         parser.add_argument("--concurrency", type=int, default=4, help="event handler threads (default 4)")
+        parser.add_argument(
+            "--answer",
+            action="store_true",
+            help="also answer mentions of the app and direct messages to it in their thread (the Slack bot)",
+        )
 
-    def handle(self, *args, source, tenant=None, concurrency=4, stop_event=None, **options):
+    def handle(self, *args, source, tenant=None, concurrency=4, stop_event=None, answer=False, **options):
         try:
             ds = source_resolve_for_operator(source, tenant_slug=tenant)
         except SourceNotFound as exc:
@@ -54,8 +61,26 @@ class Command(BaseCommand):
             finally:
                 close_old_connections()  # the handler threads are long-lived, like a worker's
 
+        bot = None
+        if answer:
+            from slack_sdk import WebClient
+
+            from search.slack_bot import SlackBot
+
+            answers = SlackBot(
+                tenant_id=tenant_id,
+                source_id=source_id,
+                web=WebClient(token=connector.config.token.get_secret_value(), base_url=connector.config.base_url),
+            )
+
+            def bot(payload) -> str:
+                try:
+                    return answers.handle(payload)
+                finally:
+                    close_old_connections()
+
         try:
-            stream = SlackEventStream(config=connector.config, handler=handle_change, concurrency=concurrency)
+            stream = SlackEventStream(config=connector.config, handler=handle_change, concurrency=concurrency, bot=bot)
         except ConnectorError as exc:
             raise CommandError(str(exc)) from exc
         stop = stop_event or threading.Event()
@@ -68,7 +93,8 @@ class Command(BaseCommand):
         except ConnectorError as exc:
             stream.close()
             raise CommandError(f"{ds.slug}: {exc}") from exc
-        self.stdout.write(f"{ds.slug}: listening on Socket Mode for {len(connector.config.channels)} channel(s)")
+        listening = f"{ds.slug}: listening on Socket Mode for {len(connector.config.channels)} channel(s)"
+        self.stdout.write(listening + (", answering mentions and direct messages" if answer else ""))
         last_prune = time.monotonic()
         try:
             while not stop.wait(1.0):
@@ -83,4 +109,9 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{ds.slug}: stopped; envelopes {stats['envelopes']}, applied {stats['handled']}, "
             f"duplicates {stats['duplicates']}, ignored {stats['ignored']}, failed {stats['failed']}"
+            + (
+                f", answered {stats['bot_answered']}, unlinked {stats['bot_unlinked']}, votes {stats['bot_voted']}"
+                if answer
+                else ""
+            )
         )

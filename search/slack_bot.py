@@ -1,0 +1,268 @@
+"""The Slack bot: answers where people already ask, on the same Socket Mode connection as ingestion.
+
+``manage.py slack_listen --answer`` hands the events it is not ingesting to :class:`SlackBot`:
+
+- ``app_mention`` in a channel, or a direct ``message`` to the app (``channel_type`` ``im``):
+  the question (mentions of the app removed) is answered **in the thread** with
+  ``chat.postMessage``, its ``[n]`` citations linked to their sources as Slack links and the
+  sources listed below. A follow-up in the same thread continues the asker's conversation
+  (``search.pipeline.followup``): each Slack thread and asker is one ``Conversation``.
+- The Slack user is mapped to a portal user through the organization's identities: the
+  source's ``ExternalIdentity`` ``slack:<user id>`` carries the address Slack reports, and the
+  portal user is the member of this organization who has verified that address
+  (``allauth``). The answer runs as that user, in their default project, with their permissions.
+  A Slack user with no linked account gets a reply saying how to link one, and nothing else.
+- ``reaction_added`` with 👍 (``+1``, ``thumbsup``) or 👎 (``-1``, ``thumbsdown``) on the bot's
+  answer records the asker's vote (``search.services.answer_feedback_submit``; anyone else's
+  reaction is ignored).
+
+Each event id is applied once (``sources.services.slack_event_claim``, the listener's durable
+guard). Slack's Web API is reached through ``slack_sdk.WebClient`` on the source's ``base_url``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from allauth.account.models import EmailAddress
+from django.conf import settings
+from django.db import IntegrityError
+
+from kbportal.emails import email_key
+from kbportal.tenancy import tenant_context
+from projects.selectors import ScopeNotFound, membership_list_for_user
+from search.models import AnswerRecord, Conversation, SlackAnswer
+from search.rendering import answer_terminal_text
+from search.retrieval import InvalidQuery
+from search.services import AnswerNotFound, answer_feedback_submit, ask
+from sources.models import ExternalIdentity
+from sources.selectors import scope_for_user
+from sources.services import slack_event_claim
+
+logger = logging.getLogger(__name__)
+
+UP_REACTIONS = frozenset({"+1", "thumbsup"})
+DOWN_REACTIONS = frozenset({"-1", "thumbsdown"})
+SLACK_TEXT_CHARS = 3900  # chat.postMessage truncates text past 40,000; a readable answer stays far under
+_MENTION = re.compile(r"<@[UW][A-Z0-9]+(?:\|[^>]*)?>")
+_CITATION = re.compile(r"\[(\d{1,3})\]")
+
+LINK_HELP = (
+    "I can't tell who you are in kbportal yet, so I can't answer with your permissions. "
+    "Sign in to kbportal with the email address of your Slack profile and verify it; "
+    "once your organization's Slack source has synced, mention me again."
+)
+NO_PROJECT = "You have no project in kbportal yet: open kbportal once to choose your default project, then ask again."
+
+
+@dataclass(frozen=True)
+class SlackQuestion:
+    """A question asked of the bot: ``ts`` the message, ``thread_ts`` the thread to answer in."""
+
+    event_id: str
+    channel: str
+    user: str
+    text: str
+    ts: str
+    thread_ts: str
+
+
+@dataclass(frozen=True)
+class SlackReaction:
+    """A vote on one of the bot's messages (``vote`` +1 or -1)."""
+
+    event_id: str
+    channel: str
+    user: str
+    ts: str
+    vote: int
+
+
+def parse_bot_event(payload: dict[str, Any]) -> SlackQuestion | SlackReaction | None:
+    """What an Events API payload asks of the bot, or ``None``: an ``app_mention``, a direct
+    message from a person (no subtype, no ``bot_id``, ``channel_type`` ``im``), or a 👍/👎
+    ``reaction_added`` on a message."""
+    event_id = payload.get("event_id")
+    event = payload.get("event")
+    if not isinstance(event_id, str) or not event_id or not isinstance(event, dict):
+        return None
+    kind = event.get("type")
+    user = event.get("user")
+    if not isinstance(user, str) or not user:
+        return None
+    if kind == "reaction_added":
+        raw_item = event.get("item")
+        item: dict[str, Any] = raw_item if isinstance(raw_item, dict) else {}
+        reaction = str(event.get("reaction") or "").split("::")[0]  # "+1::skin-tone-2"
+        vote = 1 if reaction in UP_REACTIONS else -1 if reaction in DOWN_REACTIONS else 0
+        if not vote or item.get("type") != "message" or not item.get("channel") or not item.get("ts"):
+            return None
+        return SlackReaction(event_id=event_id, channel=str(item["channel"]), user=user, ts=str(item["ts"]), vote=vote)
+    direct = kind == "message" and event.get("channel_type") == "im"
+    if kind != "app_mention" and not direct:
+        return None
+    if event.get("subtype") or event.get("bot_id"):
+        return None  # an edit, a join, or a bot (this one included) talking
+    ts, channel = event.get("ts"), event.get("channel")
+    if not isinstance(ts, str) or not isinstance(channel, str):
+        return None
+    text = " ".join(_MENTION.sub(" ", str(event.get("text") or "")).split())
+    return SlackQuestion(
+        event_id=event_id,
+        channel=channel,
+        user=user,
+        text=text,
+        ts=ts,
+        thread_ts=str(event.get("thread_ts") or ts),
+    )
+
+
+def portal_user_for_slack_user(*, tenant_id: int, source_id: int, slack_user: str):
+    """The portal user a Slack user is, or ``None``: the source's identity ``slack:<id>`` has an
+    email, and exactly one member of the tenant has verified that address."""
+    with tenant_context(tenant_id):
+        identity = ExternalIdentity.objects.filter(source_id=source_id, principal=f"slack:{slack_user}").first()
+    email = email_key(identity.email) if identity is not None and identity.email else ""
+    if not email:
+        return None
+    candidates = {
+        a.user
+        for a in EmailAddress.objects.filter(email__iexact=email, verified=True).select_related("user")
+        if email_key(a.email) == email and a.user.is_active
+    }
+    members = [u for u in candidates if any(m.tenant_id == tenant_id for m in membership_list_for_user(u))]
+    return members[0] if len(members) == 1 else None
+
+
+def slack_text(answer: str, sources: list[dict[str, Any]]) -> str:
+    """An answer as Slack ``mrkdwn``: Markdown's backslash escapes dropped (Slack shows them),
+    ``&``, ``<``, ``>`` escaped, ``**bold**`` as ``*bold*``, each ``[n]`` a link to its source
+    when the source has an absolute http(s) link, then the sources, one per line."""
+    links = {s["n"]: _absolute(str(s.get("link") or "")) for s in sources}
+    text = answer_terminal_text(answer).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = text.replace("**", "*")
+    text = _CITATION.sub(
+        lambda m: f"<{links[int(m.group(1))]}|[{m.group(1)}]>" if links.get(int(m.group(1))) else m.group(0), text
+    )
+    lines = [text[:SLACK_TEXT_CHARS]]
+    if sources:
+        lines.append("")
+        lines.append("*Sources*")
+        for s in sources:
+            title = str(s.get("title") or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            title = title.replace("|", "¦")[:150]
+            link = links.get(s["n"])
+            lines.append(f"[{s['n']}] <{link}|{title}>" if link else f"[{s['n']}] {title}")
+    return "\n".join(lines)
+
+
+def _absolute(link: str) -> str:
+    if link.startswith(("http://", "https://")):
+        return link
+    public = (getattr(settings, "KB_PUBLIC_URL", "") or "").rstrip("/")
+    if link.startswith("/") and not link.startswith("//") and public:
+        return public + link
+    return ""
+
+
+class SlackBot:
+    """Answers the questions and records the votes of one Slack data source's workspace.
+
+    ``web`` is a ``slack_sdk.WebClient`` authenticated with the source's bot token. ``handle``
+    takes an Events API payload and returns what it did: ``"answered"``, ``"unlinked"`` (the
+    how-to-link reply), ``"voted"``, ``"duplicate"`` or ``"ignored"``. Web API errors raise
+    (``slack_sdk.errors.SlackApiError``); the listener logs and counts them.
+    """
+
+    def __init__(self, *, tenant_id: int, source_id: int, web) -> None:
+        self.tenant_id = tenant_id
+        self.source_id = source_id
+        self.web = web
+
+    def handle(self, payload: dict[str, Any]) -> str:
+        event = parse_bot_event(payload)
+        if event is None:
+            return "ignored"
+        if not slack_event_claim(tenant_id=self.tenant_id, source_id=self.source_id, event_id=event.event_id):
+            return "duplicate"
+        if isinstance(event, SlackReaction):
+            return self._vote(event)
+        return self._answer(event)
+
+    def _reply(self, question: SlackQuestion, text: str) -> dict[str, Any]:
+        response = self.web.chat_postMessage(
+            channel=question.channel, thread_ts=question.thread_ts, text=text, unfurl_links=False, unfurl_media=False
+        )
+        return response.data if hasattr(response, "data") else dict(response)
+
+    def _conversation_id(self, scope, question: SlackQuestion, user) -> str:
+        key = f"{question.channel}:{question.thread_ts}"[: Conversation.SLACK_THREAD_CHARS]
+        with tenant_context(self.tenant_id, user_id=user.pk):
+            conversation = Conversation.objects.filter(user=user, slack_thread=key, project_id=scope.project_id).first()
+            if conversation is None:
+                conversation = Conversation.objects.create(
+                    tenant_id=self.tenant_id,
+                    user=user,
+                    project_id=scope.project_id,
+                    slack_thread=key,
+                    title=(question.text or "Slack question")[: Conversation.TITLE_CHARS],
+                )
+        return str(conversation.public_id)
+
+    def _answer(self, question: SlackQuestion) -> str:
+        user = portal_user_for_slack_user(tenant_id=self.tenant_id, source_id=self.source_id, slack_user=question.user)
+        if user is None:
+            self._reply(question, LINK_HELP)
+            return "unlinked"
+        try:
+            scope = scope_for_user(user, tenant_id=self.tenant_id)
+        except ScopeNotFound:
+            self._reply(question, NO_PROJECT)
+            return "unlinked"
+        if not question.text:
+            self._reply(
+                question, "Ask me a question after the mention, for example: where do I find the deploy runbook?"
+            )
+            return "ignored"
+        try:
+            result = ask(question.text, scope, conversation_id=self._conversation_id(scope, question, user))
+        except InvalidQuery as exc:
+            self._reply(question, f"I could not ask that: {exc}.")
+            return "ignored"
+        sources = [{"n": ev.n, "title": ev.title, "link": ev.link} for ev in result.sources]
+        posted = self._reply(question, slack_text(result.answer.text, sources))
+        ts = posted.get("ts")
+        if isinstance(ts, str) and ts:
+            with tenant_context(self.tenant_id, user_id=user.pk):
+                try:
+                    SlackAnswer.objects.create(
+                        tenant_id=self.tenant_id,
+                        source_id=self.source_id,
+                        channel=question.channel,
+                        ts=ts,
+                        answer_record=AnswerRecord.objects.get(public_id=result.answer_id),
+                    )
+                except IntegrityError:  # Slack reused a ts: keep the first answer's link
+                    logger.warning("Slack answer %s:%s recorded already", question.channel, ts)
+        return "answered"
+
+    def _vote(self, reaction: SlackReaction) -> str:
+        with tenant_context(self.tenant_id):
+            posted = (
+                SlackAnswer.objects.filter(source_id=self.source_id, channel=reaction.channel, ts=reaction.ts)
+                .select_related("answer_record")
+                .first()
+            )
+        if posted is None:
+            return "ignored"
+        user = portal_user_for_slack_user(tenant_id=self.tenant_id, source_id=self.source_id, slack_user=reaction.user)
+        if user is None:
+            return "ignored"
+        try:
+            answer_feedback_submit(actor=user, answer_id=posted.answer_record.public_id, vote=reaction.vote)
+        except AnswerNotFound:
+            return "ignored"  # only the asker votes on an answer
+        return "voted"
