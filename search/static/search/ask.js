@@ -161,7 +161,14 @@
       if (!original || original.hidden || !original.textContent.trim()) continue;
       const wrap = node(id === "live-question" ? "p" : "div", null, id === "live-question" ? "turn-question" : "");
       if (id === "live-rewrite" || id === "live-meta") wrap.className = "muted";
-      wrap.append(...Array.from(original.cloneNode(true).childNodes));
+      const content = Array.from(original.cloneNode(true).childNodes);
+      if (id === "live-question") {
+        const strong = node("strong");
+        strong.append(...content);
+        wrap.append(strong);
+      } else {
+        wrap.append(...content);
+      }
       card.append(wrap);
     }
     if (!$("live-sources-card").hidden) {
@@ -169,6 +176,7 @@
       copy("live-sources");
     }
     for (const el of card.querySelectorAll("[id]")) el.id = "t" + k + "-" + el.id;
+    for (const el of card.querySelectorAll(".highlight")) el.classList.remove("highlight");
     for (const a of card.querySelectorAll("a.cite")) {
       a.setAttribute("href", "#t" + k + "-" + (a.getAttribute("href") || "").replace(/^#/, ""));
     }
