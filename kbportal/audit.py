@@ -62,6 +62,7 @@ ACTIONS = (
     "token.revoke",
     "feedback",
     "conversation.delete",
+    "answer.verify",
     "member.invite",
     "member.invite_revoke",
     "member.join",

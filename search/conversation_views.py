@@ -1,5 +1,6 @@
 """Web pages for conversations and shared answers: the user's conversation list (reopen,
-delete) and an answer's share link. Logic lives in ``search.conversations``."""
+delete), an answer's share link, and marking an answer verified. Logic lives in
+``search.conversations`` and ``search.verified``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from search.conversations import (
     shared_answer_get_for_user,
 )
 from search.rendering import answer_html
+from search.verified import VerifiedNotFound, VerifyForbidden, answer_verifiable, answer_verify
 
 
 @login_required
@@ -51,4 +53,26 @@ def shared_answer_page(request: HttpRequest, answer_id) -> HttpResponse:
     except SharedAnswerNotFound:
         return render(request, "search/not_found.html", {"message": "no such answer"}, status=404)
     html = answer_html(turn.answer, [s["n"] for s in turn.sources if isinstance(s.get("n"), int)])
-    return render(request, "search/shared_answer.html", {"turn": turn, "answer_html": html, "project": project})
+    context = {
+        "turn": turn,
+        "answer_html": html,
+        "project": project,
+        "may_verify": answer_verifiable(request.user, answer_id),
+    }
+    return render(request, "search/shared_answer.html", context)
+
+
+@login_required
+@require_POST
+def answer_verify_view(request: HttpRequest, answer_id) -> HttpResponse:
+    """``POST /answers/<uuid>/verify`` (``text``: the answer as verified, blank for as given;
+    CSRF-checked): an owner or admin of the organization, or an editor of the answer's project,
+    marks it verified (403 for other readers, 404 for anyone who may not read it)."""
+    try:
+        answer_verify(actor=request.user, answer_id=answer_id, text=request.POST.get("text", ""))
+    except VerifiedNotFound:
+        return render(request, "search/not_found.html", {"message": "no such answer"}, status=404)
+    except VerifyForbidden as exc:
+        return HttpResponse(str(exc), status=403, content_type="text/plain")
+    messages.success(request, "The answer is verified: it is shown first to anyone asking the same question.")
+    return redirect("search:shared_answer", answer_id=answer_id)

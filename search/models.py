@@ -143,3 +143,38 @@ class SlackAnswer(TenantOwned):
 
     def __str__(self) -> str:
         return f"{self.channel}:{self.ts}"
+
+
+class VerifiedAnswer(TenantOwned):
+    """An answer checked by someone who knows, shown first to later askers of the same question
+    (``search.verified``).
+
+    ``question`` is what the answer answered (the record's standalone question);
+    ``question_embedding`` its embedding (the portal's embedder, normalised) for matching; ``text``
+    the answer as verified (possibly edited), with ``[n]`` citations of ``cited_sources`` (as
+    ``AnswerRecord.cited_sources``); ``document_hashes`` maps each cited document id (as text)
+    to its ``content_hash`` when verified: a later change or deletion makes the answer stale.
+    One verified answer per answer record (verifying again replaces it).
+    """
+
+    TEXT_CHARS = 8000
+
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="+")
+    answer_record = models.OneToOneField(
+        AnswerRecord, null=True, blank=True, on_delete=models.SET_NULL, related_name="verified"
+    )
+    question = models.TextField()
+    question_embedding = models.JSONField(default=list)
+    text = models.TextField()
+    cited_sources = models.JSONField(default=list, blank=True)
+    cited_document_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    document_hashes = models.JSONField(default=dict, blank=True)
+    verified_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    verified_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "project"], name="verifiedanswer_project")]
+
+    def __str__(self) -> str:
+        return self.question[:80]

@@ -24,6 +24,7 @@ _MARKDOWN = MarkdownIt("commonmark", {"html": False, "linkify": False, "typograp
 ALLOWED_TAGS = {"p", "br", "ul", "ol", "li", "strong", "em", "code", "pre", "blockquote", "a", "h3", "h4", "hr"}
 ALLOWED_ATTRIBUTES = {"a": {"href", "class", "data-n"}, "code": {"class"}}
 _CITED = re.compile(r"\[(\d{1,3})\]")
+VERIFIED_ANCHOR = "v-source-"  # a verified answer's citations, beside the fresh answer's "source-"
 
 
 def _with_citation_links(children: list[Token], cited: set[int], anchor: str) -> list[Token]:

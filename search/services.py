@@ -37,6 +37,7 @@ from search.pipeline.synthesizer import synthesize_stream
 from search.retrieval import MAX_QUERY_CHARS, clean_query, hybrid_search, scope_where_sql
 from search.tools.base import run_tool
 from search.tools.people import Expert, who_knows
+from search.verified import VerifiedMatch, verified_answer_match
 from sources.selectors import QueryScope
 
 
@@ -52,6 +53,7 @@ class AskResult:
     timings_ms: dict[str, float] = field(default_factory=dict)
     answer_id: str = ""  # the AnswerRecord's public id (a UUID), for feedback
     rewrite: Rewrite | None = None  # how a follow-up was read (None: asked on its own)
+    verified: VerifiedMatch | None = None  # a verified answer to the same question, shown first
     conversation_id: str = ""  # the Conversation's public id (a UUID) when in one
 
     @property
@@ -72,6 +74,7 @@ class AskResult:
             "question": self.question,
             "standalone_question": self.standalone_question,
             "rewrite": rewrite_dict(self.rewrite),
+            "verified": self.verified.as_dict() if self.verified is not None else None,
             "answer": self.answer.text,
             "answered": self.answer.answered,
             "synthesizer": self.answer.synthesizer,
@@ -130,8 +133,9 @@ class AskEvent:
     - ``tools``: ``{tools_run: [{tool, query, rows, ms} | {tool, query, error}], errors: {call: message}, ms}``
     - ``evidence``: ``{evidence: [Evidence.as_dict()]}``, numbered ``n`` = 1..k
     - ``token`` (zero or more): ``{text}``, the next piece of the answer, citations already validated
-    - ``done``: ``{answer_id, conversation_id, question, standalone_question, rewrite,
-      text, answered, synthesizer, cited: [n], sources: [Evidence.as_dict()],
+    - ``done``: ``{answer_id, conversation_id, question, standalone_question, rewrite, verified: {id,
+      question, text, verified_by, verified_at, stale, similarity, sources} | null, text, answered,
+      synthesizer, cited: [n], sources: [Evidence.as_dict()],
       removed_citations: [n], error, fallback, checks: [name], verdict: {status, decided_by, probability,
       missing_terms, missing_focus, missing_type, features}, timings_ms: {plan, tools, gate, first_token, synthesize,
       total}}``
@@ -229,6 +233,7 @@ def _ask_events(
     }
     timings = {"plan": _ms(t0)}
     yield AskEvent("plan", plan_info)
+    verified = verified_answer_match(question, scope)
 
     t_tools = time.perf_counter()
     execution = execute_plan(plan, scope, limit=limit)
@@ -264,6 +269,7 @@ def _ask_events(
         timings_ms=timings,
         rewrite=rewrite,
         conversation_id=conversation_id,
+        verified=verified,
     )
     result.answer_id = str(answer_record_create(scope=scope, result=result, conversation=conversation).public_id)
     yield AskEvent(
@@ -274,6 +280,7 @@ def _ask_events(
             "question": asked,
             "standalone_question": question,
             "rewrite": rewrite_dict(result.rewrite),
+            "verified": verified.as_dict() if verified is not None else None,
             "text": answer.text,
             "answered": answer.answered,
             "synthesizer": answer.synthesizer,

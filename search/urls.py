@@ -8,6 +8,7 @@ urlpatterns = [
     path("ask/stream", views.ask_stream_view, name="ask_stream"),
     path("answers/<uuid:answer_id>/", conversation_views.shared_answer_page, name="shared_answer"),
     path("answers/<uuid:answer_id>/feedback", views.answer_feedback, name="answer_feedback"),
+    path("answers/<uuid:answer_id>/verify", conversation_views.answer_verify_view, name="answer_verify"),
     path("conversations/", conversation_views.conversation_list_page, name="conversations"),
     path(
         "conversations/<uuid:conversation_id>/delete",

@@ -39,7 +39,7 @@ from search.conversations import (
     ConversationTurn,
     conversation_get_for_user,
 )
-from search.rendering import answer_html
+from search.rendering import VERIFIED_ANCHOR, answer_html
 from search.retrieval import MAX_QUERY_CHARS, InvalidQuery, safe_link
 from search.services import AnswerNotFound, answer_feedback_submit, ask, ask_stream, evidence_search, experts_find
 from search.sse import server_sent_events
@@ -178,6 +178,9 @@ def ask_page(request: HttpRequest) -> HttpResponse:
             context["result"] = result
             context["conversation_id"] = result.conversation_id
             context["answer_html"] = answer_html(result.answer.text, result.answer.cited)
+            if result.verified is not None:
+                cited = [s["n"] for s in result.verified.sources if isinstance(s.get("n"), int)]
+                context["verified_html"] = answer_html(result.verified.text, cited, anchor=VERIFIED_ANCHOR)
         except InvalidQuery as exc:
             context["error"] = str(exc)
         except ConversationNotFound as exc:  # the conversation is in another project than the one asked in

@@ -118,6 +118,33 @@
     $("live-sources-card").hidden = shown.length === 0;
   }
 
+  // A verified answer to the same question, shown above the fresh one: the server's sanitised
+  // HTML (done.verified.html), who verified it and when, and whether a cited source changed since.
+  function renderVerified(verified) {
+    const box = $("live-verified");
+    box.replaceChildren();
+    if (!verified || typeof verified.html !== "string") return;
+    const card = node("div", null, "card verified");
+    const head = node("p");
+    head.append(node("strong", "Verified answer"), " ");
+    let meta = "· verified by " + verified.verified_by + " on " + String(verified.verified_at || "").slice(0, 10);
+    if (verified.stale) meta += " · stale: a source it cites has changed or is gone since";
+    head.append(node("span", meta, "muted"));
+    const html = node("div", null, "answer");
+    html.innerHTML = verified.html; // sanitised server-side (search.rendering.answer_html)
+    card.append(head, node("p", "To: " + verified.question, "muted"), html);
+    if (verified.sources && verified.sources.length) {
+      const list = node("ol", null, "sources");
+      for (const ev of verified.sources) {
+        const li = renderSource(ev);
+        li.id = "v-source-" + ev.n;
+        list.append(li);
+      }
+      card.append(list);
+    }
+    box.append(card);
+  }
+
   function renderFeedback(answerId) {
     const box = $("live-feedback");
     box.replaceChildren();
@@ -189,7 +216,7 @@
     moveFinishedTurn();
     live.hidden = false;
     $("static-result").hidden = true;
-    for (const id of ["live-tools", "live-errors", "live-answer", "live-answer-html", "live-meta", "live-feedback", "live-sources", "live-rewrite"]) {
+    for (const id of ["live-tools", "live-errors", "live-answer", "live-answer-html", "live-meta", "live-feedback", "live-sources", "live-rewrite", "live-verified"]) {
       $(id).replaceChildren();
     }
     $("live-answer").hidden = false;
@@ -243,6 +270,7 @@
       }
       finishedTurn = true;
       renderSources(done, evidence);
+      renderVerified(done.verified);
       renderFeedback(done.answer_id);
     });
     on("failed", (data) => {
