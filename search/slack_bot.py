@@ -10,37 +10,53 @@
 - The Slack user is mapped to a portal user through the organization's identities: the
   source's ``ExternalIdentity`` ``slack:<user id>`` carries the address Slack reports, and the
   portal user is the member of this organization who has verified that address
-  (``allauth``). The answer runs as that user, in their default project, with their permissions.
-  A Slack user with no linked account gets a reply saying how to link one, and nothing else.
+  (``allauth``). So the Slack workspace's admins, who can set profile addresses, are trusted
+  as much as the portal's own sign-in. A Slack user with no linked account gets a reply saying
+  how to link one, and nothing else.
+- **What an answer may show depends on who can see it.** In a direct message, only the asker:
+  the answer runs as that member, in their default project, with their permissions. In a
+  channel, everyone in it (guests and other organizations' people included) reads the reply:
+  the answer runs in the asker's default project only when every member of the organization
+  may read that project, and only over rows restricted to nobody (no ``principals``); else the
+  reply asks for a direct message. Questions count against the asker's ``KB_ASK_RATE``, as on
+  the web page.
 - ``reaction_added`` with 👍 (``+1``, ``thumbsup``) or 👎 (``-1``, ``thumbsdown``) on the bot's
   answer records the asker's vote (``search.services.answer_feedback_submit``; anyone else's
   reaction is ignored).
 
 Each event id is applied once (``sources.services.slack_event_claim``, the listener's durable
-guard). Slack's Web API is reached through ``slack_sdk.WebClient`` on the source's ``base_url``.
+guard; released when the reply could not be posted, so Slack's redelivery is answered). Slack's
+Web API is reached through ``slack_sdk.WebClient`` on the source's ``base_url`` (with retries on
+rate limits and connection errors: the listener builds it). The app's own messages are not
+ingested (``SlackRenderer.own_ids``): the portal never cites its earlier answers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from allauth.account.models import EmailAddress
 from django.conf import settings
 from django.db import IntegrityError
+from django.http import HttpRequest
+from django_ratelimit.core import get_usage
 
 from kbportal.emails import email_key
 from kbportal.tenancy import tenant_context
+from projects.models import Project
 from projects.selectors import ScopeNotFound, membership_list_for_user
 from search.models import AnswerRecord, Conversation, SlackAnswer
 from search.rendering import answer_terminal_text
-from search.retrieval import InvalidQuery
+from search.retrieval import InvalidQuery, clean_query
 from search.services import AnswerNotFound, answer_feedback_submit, ask
 from sources.models import ExternalIdentity
 from sources.selectors import scope_for_user
-from sources.services import slack_event_claim
+from sources.services import slack_event_claim, slack_event_release
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +72,12 @@ LINK_HELP = (
     "once your organization's Slack source has synced, mention me again."
 )
 NO_PROJECT = "You have no project in kbportal yet: open kbportal once to choose your default project, then ask again."
+ASK_PRIVATELY = (
+    "Your default project in kbportal is not open to everyone in the organization, so I won't answer "
+    "from it where others can read. Ask me in a direct message."
+)
+_SLACK_MARKUP = re.compile(r"<([^<>\n]{1,500})>")
+_LINK_SAFE = ":/?#[]@!$&'()*+,;=%~-._"  # RFC 3986 reserved and unreserved characters stay; <, >, |, spaces do not
 
 
 @dataclass(frozen=True)
@@ -109,7 +131,7 @@ def parse_bot_event(payload: dict[str, Any]) -> SlackQuestion | SlackReaction | 
     ts, channel = event.get("ts"), event.get("channel")
     if not isinstance(ts, str) or not isinstance(channel, str):
         return None
-    text = " ".join(_MENTION.sub(" ", str(event.get("text") or "")).split())
+    text = " ".join(slack_plain_text(_MENTION.sub(" ", str(event.get("text") or ""))).split())
     return SlackQuestion(
         event_id=event_id,
         channel=channel,
@@ -118,6 +140,23 @@ def parse_bot_event(payload: dict[str, Any]) -> SlackQuestion | SlackReaction | 
         ts=ts,
         thread_ts=str(event.get("thread_ts") or ts),
     )
+
+
+def slack_plain_text(text: str) -> str:
+    """A message's text as its reader sees it: ``<#C1|general>`` -> ``#general``,
+    ``<https://x|label>`` -> ``label (https://x)``, ``<@U1>`` and ``<!channel>``-style
+    mentions dropped, and ``&lt; &gt; &amp;`` (Slack's only escapes) undone."""
+
+    def plain(match: re.Match[str]) -> str:
+        target, _, label = match.group(1).partition("|")
+        if target.startswith(("@", "!")):
+            return " "
+        if target.startswith("#"):
+            return "#" + (label or target[1:])
+        return f"{label} ({target})" if label and label != target else target
+
+    text = _SLACK_MARKUP.sub(plain, text)
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
 def portal_user_for_slack_user(*, tenant_id: int, source_id: int, slack_user: str):
@@ -142,12 +181,14 @@ def slack_text(answer: str, sources: list[dict[str, Any]]) -> str:
     ``&``, ``<``, ``>`` escaped, ``**bold**`` as ``*bold*``, each ``[n]`` a link to its source
     when the source has an absolute http(s) link, then the sources, one per line."""
     links = {s["n"]: _absolute(str(s.get("link") or "")) for s in sources}
-    text = answer_terminal_text(answer).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = (
+        answer_terminal_text(answer[:SLACK_TEXT_CHARS]).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    )
     text = text.replace("**", "*")
     text = _CITATION.sub(
         lambda m: f"<{links[int(m.group(1))]}|[{m.group(1)}]>" if links.get(int(m.group(1))) else m.group(0), text
     )
-    lines = [text[:SLACK_TEXT_CHARS]]
+    lines = [text]
     if sources:
         lines.append("")
         lines.append("*Sources*")
@@ -160,12 +201,15 @@ def slack_text(answer: str, sources: list[dict[str, Any]]) -> str:
 
 
 def _absolute(link: str) -> str:
-    if link.startswith(("http://", "https://")):
-        return link
+    """An absolute http(s) link safe inside Slack's ``<link|label>``: spaces, ``<``, ``>``, ``|``
+    and other characters a URL may not hold are percent-encoded (a document's URL must not close
+    the link and write ``<!channel>`` or a label of its own); ``""`` for anything else."""
     public = (getattr(settings, "KB_PUBLIC_URL", "") or "").rstrip("/")
     if link.startswith("/") and not link.startswith("//") and public:
-        return public + link
-    return ""
+        link = public + link
+    if not link.startswith(("http://", "https://")):
+        return ""
+    return quote(link, safe=_LINK_SAFE)
 
 
 class SlackBot:
@@ -188,9 +232,14 @@ class SlackBot:
             return "ignored"
         if not slack_event_claim(tenant_id=self.tenant_id, source_id=self.source_id, event_id=event.event_id):
             return "duplicate"
-        if isinstance(event, SlackReaction):
-            return self._vote(event)
-        return self._answer(event)
+        try:
+            if isinstance(event, SlackReaction):
+                return self._vote(event)
+            return self._answer(event)
+        except Exception:
+            # Nothing was posted (or the vote not stored): let Slack's redelivery try again.
+            slack_event_release(tenant_id=self.tenant_id, source_id=self.source_id, event_id=event.event_id)
+            raise
 
     def _reply(self, question: SlackQuestion, text: str) -> dict[str, Any]:
         response = self.web.chat_postMessage(
@@ -198,7 +247,18 @@ class SlackBot:
         )
         return response.data if hasattr(response, "data") else dict(response)
 
-    def _conversation_id(self, scope, question: SlackQuestion, user) -> str:
+    @staticmethod
+    def _rate_limited(user) -> int | None:
+        """Count one question against the asker's ``KB_ASK_RATE`` (the web page's bucket); the
+        seconds to wait when over it, else ``None``."""
+        request = HttpRequest()
+        request.user = user
+        usage = get_usage(request, group="web-ask", key="user", rate=settings.KB_ASK_RATE, increment=True)
+        if usage is not None and usage["should_limit"]:
+            return max(1, int(usage["time_left"]))
+        return None
+
+    def _conversation_id(self, scope, question: SlackQuestion, user, text: str) -> str:
         key = f"{question.channel}:{question.thread_ts}"[: Conversation.SLACK_THREAD_CHARS]
         with tenant_context(self.tenant_id, user_id=user.pk):
             conversation = Conversation.objects.filter(user=user, slack_thread=key, project_id=scope.project_id).first()
@@ -208,7 +268,7 @@ class SlackBot:
                     user=user,
                     project_id=scope.project_id,
                     slack_thread=key,
-                    title=(question.text or "Slack question")[: Conversation.TITLE_CHARS],
+                    title=text[: Conversation.TITLE_CHARS],
                 )
         return str(conversation.public_id)
 
@@ -228,10 +288,24 @@ class SlackBot:
             )
             return "ignored"
         try:
-            result = ask(question.text, scope, conversation_id=self._conversation_id(scope, question, user))
+            text = clean_query(question.text)
         except InvalidQuery as exc:
             self._reply(question, f"I could not ask that: {exc}.")
             return "ignored"
+        if not question.channel.startswith("D"):  # a channel or group: others read the reply
+            with tenant_context(self.tenant_id):
+                open_project = Project.objects.filter(
+                    pk=scope.project_id, visibility=Project.Visibility.TENANT
+                ).exists()
+            if not open_project:
+                self._reply(question, ASK_PRIVATELY)
+                return "ignored"
+            scope = dataclasses.replace(scope, principals=())  # rows restricted to anyone stay out
+        retry_after = self._rate_limited(user)
+        if retry_after is not None:
+            self._reply(question, f"You have asked too many questions; try again in {retry_after} seconds.")
+            return "ignored"
+        result = ask(text, scope, conversation_id=self._conversation_id(scope, question, user, text))
         sources = [{"n": ev.n, "title": ev.title, "link": ev.link} for ev in result.sources]
         posted = self._reply(question, slack_text(result.answer.text, sources))
         ts = posted.get("ts")

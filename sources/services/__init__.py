@@ -14,6 +14,7 @@ the project calls.
 from sources.connectors.slack.live import (
     slack_event_apply,
     slack_event_claim,
+    slack_event_release,
     slack_events_prune,
     slack_message_purge,
     slack_thread_refresh,
@@ -45,6 +46,7 @@ __all__ = [
     "ingestion_run_create",
     "slack_event_apply",
     "slack_event_claim",
+    "slack_event_release",
     "slack_events_prune",
     "slack_message_purge",
     "slack_thread_refresh",

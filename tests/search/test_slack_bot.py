@@ -101,7 +101,7 @@ def workspace(live_db, request):
             "app_token": APP_TOKEN,
             "base_url": server.base_url,
             "channels": [GENERAL],
-            "rate_limit_retries": 0,
+            "rate_limit_retries": 2,
             "allow_private_network": True,  # the loopback Slack (kbportal.netcheck)
         },
         project_ids=[onboarded.project.pk],
@@ -224,6 +224,30 @@ def test_an_unlinked_slack_user_gets_the_how_to_link_reply_and_no_content(worksp
         assert list(AnswerRecord.objects.values_list("user_id", flat=True)) == [asker.pk]
 
 
+def test_a_channel_reply_holds_only_what_everyone_may_read(workspace):
+    """Everyone in a channel reads the reply: the admin's channel question leaves out the page
+    restricted to them, which their direct message includes; a rate-limited post is retried."""
+    onboarded, slack, server, asker = workspace
+    server.rate_limit("chat.postMessage", retry_after=1, times=1)
+    with listening(onboarded, slack):
+        server.push(mention(ADMIN, f"What are the {SECRET}?"), event_id="Ev0201")
+        in_channel = server.wait_posted(1)[0]
+        server.push(mention(ADMIN, f"What are the {SECRET}?", channel="D0ADMIN", kind="message"), event_id="Ev0202")
+        direct = server.wait_posted(2)[1]
+    assert in_channel["channel"] == GENERAL and "180k" not in in_channel["text"]
+    assert direct["channel"] == "D0ADMIN" and "180k" in direct["text"]
+    assert [c.status for c in server.calls_of("chat.postMessage")][:2] == [429, 200]
+
+
+def test_the_apps_own_messages_are_not_ingested():
+    from sources.connectors.slack.rows import SlackRenderer
+
+    renderer = SlackRenderer(users={}, channel_names={}, own_ids=frozenset({"U0BOT", "B0BOT"}))
+    assert renderer.message({"user": "U0BOT", "text": "an earlier answer", "ts": "1.000001"}) is None
+    assert renderer.message({"bot_id": "B0BOT", "text": "an earlier answer", "ts": "1.000002"}) is None
+    assert renderer.message({"user": "U1", "text": "a person", "ts": "1.000003"}) is not None
+
+
 def test_bot_events_are_parsed_and_answers_written_as_slack_links(settings):
     assert parse_bot_event({"event_id": "E1", "event": {"type": "message", "channel_type": "im", "user": "U1"}}) is None
     bot_talk = {"type": "message", "channel_type": "im", "user": "U1", "bot_id": "B1", "ts": "1.2", "channel": "D1"}
@@ -266,3 +290,21 @@ def test_bot_events_are_parsed_and_answers_written_as_slack_links(settings):
     )
     assert "[1] <https://wiki.example/r|Runbook &lt;b&gt; &amp; co¦x>" in text
     assert "[3] Local" in text and "javascript" not in text
+    # A document's URL cannot close the link to ping the channel or label it as something else.
+    hostile = [{"n": 1, "title": "t", "link": "https://wiki.example/z> <!channel> log in <https://evil.example|HR"}]
+    posted = slack_text("See [1].", hostile)
+    assert "<!channel>" not in posted and "|HR" not in posted
+    assert "<https://wiki.example/z%3E%20%3C!channel%3E%20log%20in%20%3Chttps://evil.example%7CHR|[1]>" in posted
+    question = parse_bot_event(
+        {
+            "event_id": "E3",
+            "event": {
+                "type": "app_mention",
+                "user": "U1",
+                "text": "<@U0BOT> what is in <#C1|general> &amp; <https://x.example|the doc>? <!channel>",
+                "ts": "7.8",
+                "channel": "C1",
+            },
+        }
+    )
+    assert question.text == "what is in #general & the doc (https://x.example)?"

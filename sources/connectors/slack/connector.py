@@ -88,6 +88,7 @@ class SlackConnector(Connector):
     def __init__(self, config: dict[str, Any], *, include=None, exclude=None) -> None:
         super().__init__(config, include=include, exclude=exclude)
         self._client: SlackClient | None = None
+        self._own_ids: frozenset[str] | None = None  # the app's user and bot ids (auth.test), read once
         self.distiller = Distiller()
 
     def bind_source(self, *, tenant_id: int, source_id: int) -> None:
@@ -116,7 +117,7 @@ class SlackConnector(Connector):
         other failure (bad token, rate limit outlasting the retries, network) raises
         ``ConnectorError`` with the token redacted: the run fails and earlier rows stay.
         """
-        self.client.auth_test()
+        self._own_ids = self._identity(self.client.auth_test())
         report.total = len(self.config.channels)
         report.unit = "channels"
         for channel_id in self.config.channels:
@@ -288,9 +289,22 @@ class SlackConnector(Connector):
             _channel_cache[key] = (now + CHANNEL_CACHE_SECONDS, channel)
         return channel
 
+    @staticmethod
+    def _identity(auth: Any) -> frozenset[str]:
+        """The app's own ids from ``auth.test`` (``user_id``, ``bot_id``): its messages are skipped."""
+        data = auth if isinstance(auth, dict) else {}
+        return frozenset(str(data[k]) for k in ("user_id", "bot_id") if data.get(k))
+
     def _renderer(self) -> SlackRenderer:
         users = LazyUserNames(self.client)  # looks names up on first use, as a Mapping would
-        return SlackRenderer(users=users, channel_names={}, attachment_text=True)  # type: ignore[arg-type]
+        if self._own_ids is None:
+            self._own_ids = self._identity(self.client.auth_test())
+        return SlackRenderer(
+            users=users,  # type: ignore[arg-type]
+            channel_names={},
+            attachment_text=True,
+            own_ids=self._own_ids,
+        )
 
 
 def _has_replies(raw: dict[str, Any]) -> bool:

@@ -151,6 +151,13 @@ def slack_event_claim(*, tenant_id: int, source_id: int, event_id: str) -> bool:
             return cursor.fetchone() is not None
 
 
+def slack_event_release(*, tenant_id: int, source_id: int, event_id: str) -> None:
+    """Forget a claimed ``event_id`` (its work failed after the claim), so that Slack's
+    redelivery of the event is applied."""
+    with tenant_context(tenant_id):
+        SlackEventSeen.objects.filter(source_id=source_id, event_id=event_id[:64]).delete()
+
+
 def slack_event_apply(
     *,
     tenant_id: int,

@@ -455,11 +455,17 @@ class SlackRenderer:
     """
 
     def __init__(
-        self, *, users: Mapping[str, str], channel_names: Mapping[str, str], attachment_text: bool = False
+        self,
+        *,
+        users: Mapping[str, str],
+        channel_names: Mapping[str, str],
+        attachment_text: bool = False,
+        own_ids: frozenset[str] = frozenset(),
     ) -> None:
         self.users = users
         self.channel_names = channel_names
         self.attachment_text = attachment_text
+        self.own_ids = own_ids  # the app's own user and bot ids: its answers are not knowledge
 
     def name(self, user_id: str) -> str:
         return self.users.get(user_id) or user_id
@@ -491,6 +497,8 @@ class SlackRenderer:
         subtype = raw.get("subtype")
         if subtype in NOISE_SUBTYPES:
             return None
+        if self.own_ids and (raw.get("user") in self.own_ids or raw.get("bot_id") in self.own_ids):
+            return None  # the portal's own answers (the Slack bot): citing them would cite itself
         files = file_names(raw)
         text = str(raw.get("text") or "")
         user_id = raw.get("user")

@@ -64,14 +64,22 @@ class Command(BaseCommand):
         bot = None
         if answer:
             from slack_sdk import WebClient
+            from slack_sdk.http_retry.builtin_handlers import (
+                ConnectionErrorRetryHandler,
+                RateLimitErrorRetryHandler,
+            )
 
             from search.slack_bot import SlackBot
 
-            answers = SlackBot(
-                tenant_id=tenant_id,
-                source_id=source_id,
-                web=WebClient(token=connector.config.token.get_secret_value(), base_url=connector.config.base_url),
+            web = WebClient(
+                token=connector.config.token.get_secret_value(),
+                base_url=connector.config.base_url,
+                retry_handlers=[
+                    RateLimitErrorRetryHandler(max_retry_count=connector.config.rate_limit_retries),
+                    ConnectionErrorRetryHandler(max_retry_count=2),
+                ],
             )
+            answers = SlackBot(tenant_id=tenant_id, source_id=source_id, web=web)
 
             def bot(payload) -> str:
                 try:
