@@ -47,9 +47,7 @@ _CONTINUATION = re.compile(
     re.I,
 )
 # Words that point back at something named earlier.
-ANAPHORS = frozenset(
-    "it its itself this that these those they them their theirs same such former latter one ones".split()
-)
+ANAPHORS = frozenset("it its itself this that these those they them their theirs same such former latter".split())
 # "Is it possible to ...", "is there a way": a pronoun that points at nothing.
 _DUMMY = re.compile(
     r"\b(?:is|was|would|will)\s+(?:it|this|that)\s+(?:be\s+)?(?:possible|ok|okay|safe|true|better|worth|necessary|"
