@@ -18,7 +18,13 @@ from search.conversations import (
     shared_answer_get_for_user,
 )
 from search.rendering import answer_html
-from search.verified import VerifiedNotFound, VerifyForbidden, answer_verifiable, answer_verify
+from search.verified import (
+    VerifiedNotFound,
+    VerifyForbidden,
+    answer_verifiable,
+    answer_verify,
+    verified_for_answer,
+)
 
 
 @login_required
@@ -53,11 +59,16 @@ def shared_answer_page(request: HttpRequest, answer_id) -> HttpResponse:
     except SharedAnswerNotFound:
         return render(request, "search/not_found.html", {"message": "no such answer"}, status=404)
     html = answer_html(turn.answer, [s["n"] for s in turn.sources if isinstance(s.get("n"), int)])
+    verified = verified_for_answer(request.user, answer_id)
     context = {
         "turn": turn,
         "answer_html": html,
         "project": project,
         "may_verify": answer_verifiable(request.user, answer_id),
+        "verified": verified,
+        "verified_html": answer_html(verified.text, [s["n"] for s in turn.sources], anchor="source-")
+        if verified is not None
+        else "",
     }
     return render(request, "search/shared_answer.html", context)
 

@@ -68,6 +68,16 @@ def answer_may_verify(user, record: AnswerRecord) -> bool:
         return project_can_edit(user_id=user.pk, project_ids=[record.project_id])
 
 
+def verified_for_answer(user, answer_id: str | uuid.UUID) -> VerifiedAnswer | None:
+    """The verification of the answer ``answer_id`` in ``user``'s organization, if any (the
+    caller has checked that they may read the answer), with ``verified_by`` loaded."""
+    tenant_id = user_tenant_id(user)
+    if tenant_id is None:
+        return None
+    with tenant_context(tenant_id, user_id=user.pk):
+        return VerifiedAnswer.objects.filter(answer_record__public_id=answer_id).select_related("verified_by").first()
+
+
 def answer_verifiable(user, answer_id: str | uuid.UUID) -> bool:
     """Whether ``user`` may verify the answer ``answer_id`` of their organization (the caller has
     checked that they may read it)."""

@@ -47,6 +47,9 @@ def test_an_admin_verifies_an_answer_and_a_later_asker_sees_it_first(kb):
     share = client.get(reverse("search:shared_answer", args=[asked.answer_id])).content.decode()
     assert "Verify this answer" in share
     assert _post_verify(kb.acme.admin, asked.answer_id, EDITED).status_code == 302
+    share = client.get(reverse("search:shared_answer", args=[asked.answer_id])).content.decode()
+    assert "verified by " + kb.acme.admin.get_username() in share and "Save the verified answer" in share
+    assert "from the ops repository" in share  # the verified text, in the page and the form
 
     again = ask("how do I deploy the billing service", member_scope)
     assert again.verified is not None

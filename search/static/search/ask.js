@@ -182,6 +182,8 @@
       clone.removeAttribute("id");
       card.append(clone);
     };
+    const verified = $("live-verified").firstElementChild;
+    if (verified) card.append(verified.cloneNode(true)); // the verified answer shown with this turn
     for (const id of ["live-question", "live-rewrite", "live-answer-html", "live-answer", "live-meta"]) {
       if (id === "live-answer" && !$("live-answer-html").hidden) continue;
       const original = $(id);
@@ -214,6 +216,7 @@
   function start(params) {
     if (source) source.close();
     moveFinishedTurn();
+    for (const li of document.querySelectorAll("ol.sources > li.highlight")) li.classList.remove("highlight");
     live.hidden = false;
     $("static-result").hidden = true;
     for (const id of ["live-tools", "live-errors", "live-answer", "live-answer-html", "live-meta", "live-feedback", "live-sources", "live-rewrite", "live-verified"]) {
