@@ -63,6 +63,7 @@ ACTIONS = (
     "feedback",
     "conversation.delete",
     "answer.verify",
+    "feedback.review",
     "member.invite",
     "member.invite_revoke",
     "member.join",

@@ -97,7 +97,9 @@ class AnswerFeedback(TenantOwned):
     """The asker's thumbs up (+1) or down (-1) on an answer, with an optional comment.
 
     One vote per user and answer (voting again replaces it). The question, answer text, cited
-    document ids and project are copied from the answer so the feedback reads on its own.
+    document ids and project are copied from the answer so the feedback reads on its own. A
+    thumbs-down with a comment is reviewed by an admin (``reviewed_*``, ``expected_*``,
+    ``unanswerable``) and then exports as an evaluation case (``search.reviews``).
     """
 
     class Vote(models.IntegerChoices):
@@ -114,6 +116,15 @@ class AnswerFeedback(TenantOwned):
     comment = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # An admin's review of a thumbs-down (search.reviews): which documents answer the question
+    # (ids), or that the sources do not answer it, and what the answer should say.
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    reviewed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    expected_document_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    unanswerable = models.BooleanField(default=False)
+    expected_answer = models.TextField(blank=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from search import conversation_views, views
+from search import conversation_views, review_views, views
 
 app_name = "search"
 urlpatterns = [
@@ -21,4 +21,6 @@ urlpatterns = [
     path("audit/", views.audit_page, name="audit"),
     path("audit/export.csv", views.audit_export, name="audit_export"),
     path("analytics/", views.analytics_page, name="analytics"),
+    path("reviews/", review_views.review_page, name="reviews"),
+    path("reviews/export.jsonl", review_views.review_export, name="review_export"),
 ]
