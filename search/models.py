@@ -163,8 +163,10 @@ class VerifiedAnswer(TenantOwned):
     ``question`` is what the answer answered (the record's standalone question);
     ``question_embedding`` its embedding (the portal's embedder, normalised) for matching; ``text``
     the answer as verified (possibly edited), with ``[n]`` citations of ``cited_sources`` (as
-    ``AnswerRecord.cited_sources``); ``document_hashes`` maps each cited document id (as text)
-    to its ``content_hash`` when verified: a later change or deletion makes the answer stale.
+    ``AnswerRecord.cited_sources``); ``shown_document_ids`` every document the answer cited or
+    showed (a reader must be able to read them all); ``document_hashes`` maps each cited
+    document id (as text) to its ``content_hash`` when asked: a later change or deletion makes
+    the answer stale.
     One verified answer per answer record (verifying again replaces it).
     """
 
@@ -180,6 +182,7 @@ class VerifiedAnswer(TenantOwned):
     text = models.TextField()
     cited_sources = models.JSONField(default=list, blank=True)
     cited_document_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    shown_document_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
     document_hashes = models.JSONField(default=dict, blank=True)
     verified_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     verified_at = models.DateTimeField(auto_now=True)

@@ -4,20 +4,24 @@
   project, marks an answer verified (optionally editing its text first). It must be an answer
   they may read (``search.conversations.readable_record_ids``). Verifying again replaces it.
 - :func:`verified_answer_match`: for a question asked in a project, the verified answer of that
-  project whose question means the same: cosine similarity of the two questions' embeddings at
-  least ``VERIFIED_MATCH_SIMILARITY``, best first. Shown only to an asker who may read every
-  document it cites (its source in the asker's scope, its principals empty or naming them).
-  It is *stale* when a cited document changed (another ``content_hash``) or is gone since.
+  project whose question means the same (:func:`same_question`), best first. Shown only to an
+  asker who may read every document it cited or showed, each still there (its source in the
+  asker's scope, its principals empty or naming them: a deleted one fails closed). It is
+  *stale* when a cited document changed (another ``content_hash``) or is gone since it was
+  asked.
 
-``VERIFIED_MATCH_SIMILARITY`` = 0.90, chosen with ``bench/verified_match.py``: over 21,503
-pairs of different FastAPI questions about different pages (the labelled sets and dialogue
-openings), the most similar pair reached 0.870 and none 0.90; of 233 pairs of different
-questions about the same page, 4.3% reach 0.90 (near rewordings). A match must mean the same
-question, so the threshold sits above every pair known to differ.
+"Means the same" is two tests, both needed. The cosine similarity of the questions' embeddings
+is at least ``VERIFIED_MATCH_SIMILARITY`` = 0.90, chosen with ``bench/verified_match.py``: over
+21,503 pairs of different FastAPI questions about different pages, the most similar pair
+reached 0.870 and none 0.90. And the two ask with the same words: the same content-word stems
+(``search.text.content_terms``) and the same negations. An embedding puts "increase the
+timeout" and "decrease the timeout" at 0.97, "Is the VPN required...?" and "...not required?"
+at 0.99: a verified answer to one must not be shown as the answer to the other.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import uuid
 from dataclasses import dataclass
@@ -30,6 +34,7 @@ from kbportal.tenancy import tenant_context
 from projects.selectors import project_can_edit, user_is_tenant_admin, user_tenant_id
 from search.conversations import readable_record_ids
 from search.models import AnswerRecord, VerifiedAnswer
+from search.text import WORD, content_terms
 from sources.models import Document
 from sources.selectors import QueryScope
 
@@ -42,6 +47,20 @@ class VerifyForbidden(PermissionError):
 
 class VerifiedNotFound(LookupError):
     """No answer with that id that the actor may read (-> 404)."""
+
+
+NEGATIONS = frozenset("not no never none nothing without cannot cant dont doesnt isnt arent wont nor".split())
+
+
+def _question_words(question: str) -> tuple[frozenset[str], frozenset[str]]:
+    """``(content-word stems, negations)`` of a question; "can't" and "don't" count as negations."""
+    words = {w.lower().replace("'", "").replace("’", "") for w in WORD.findall(question.replace("n't", " not"))}
+    return frozenset(content_terms(question)), frozenset(words & NEGATIONS)
+
+
+def same_question(asked: str, verified: str, similarity: float) -> bool:
+    """Whether ``asked`` means the same as ``verified`` (module docstring)."""
+    return similarity >= VERIFIED_MATCH_SIMILARITY and _question_words(asked) == _question_words(verified)
 
 
 def _embedding(text: str) -> list[float]:
@@ -111,12 +130,15 @@ def answer_verify(*, actor, answer_id: str | uuid.UUID, text: str | None = None)
     question = record.standalone_question or record.question
     embedding = _embedding(question)
     with tenant_context(tenant_id, user_id=actor.pk):
+        # A document re-indexed since the question was asked may no longer say what the answer
+        # quotes: its hash is recorded as changed, so the verified answer starts out stale.
         hashes = {
-            str(pk): content_hash
-            for pk, content_hash in Document.objects.filter(pk__in=record.cited_document_ids).values_list(
-                "pk", "content_hash"
+            str(pk): content_hash if indexed_at is None or indexed_at <= record.created_at else "changed-before-verify"
+            for pk, content_hash, indexed_at in Document.objects.filter(pk__in=record.cited_document_ids).values_list(
+                "pk", "content_hash", "indexed_at"
             )
         }
+        previous = VerifiedAnswer.objects.filter(answer_record=record).select_related("verified_by").first()
         verified, _ = VerifiedAnswer.objects.update_or_create(
             answer_record=record,
             defaults={
@@ -127,6 +149,7 @@ def answer_verify(*, actor, answer_id: str | uuid.UUID, text: str | None = None)
                 "text": body,
                 "cited_sources": record.cited_sources,
                 "cited_document_ids": record.cited_document_ids,
+                "shown_document_ids": sorted(set(record.cited_document_ids) | set(record.evidence_document_ids)),
                 "document_hashes": hashes,
                 "verified_by": actor,
             },
@@ -137,7 +160,20 @@ def answer_verify(*, actor, answer_id: str | uuid.UUID, text: str | None = None)
             actor=actor,
             object_type="search.verifiedanswer",
             object_id=verified.pk,
-            data={"answer_id": str(record.public_id), "question": question, "edited": body != record.answer},
+            data={
+                "answer_id": str(record.public_id),
+                "question": question,
+                "edited": body != record.answer,
+                "text_sha256": hashlib.sha256(body.encode()).hexdigest(),
+                "replaced": (
+                    {
+                        "verified_by": previous.verified_by.get_username() if previous.verified_by else None,
+                        "text_sha256": hashlib.sha256(previous.text.encode()).hexdigest(),
+                    }
+                    if previous is not None
+                    else None
+                ),
+            },
         )
     return verified
 
@@ -185,16 +221,19 @@ def verified_answer_match(question: str, scope: QueryScope) -> VerifiedMatch | N
     for similarity, verified in scored:
         if similarity < VERIFIED_MATCH_SIMILARITY:
             return None
+        if not same_question(question, verified.question, similarity):
+            continue
+        needed = set(verified.shown_document_ids) | set(verified.cited_document_ids)
         with tenant_context(scope.tenant_id, user_id=scope.user_id):
             documents = {
                 d["pk"]: d
-                for d in Document.objects.filter(pk__in=verified.cited_document_ids).values(
-                    "pk", "source_id", "principals", "content_hash"
-                )
+                for d in Document.objects.filter(pk__in=needed).values("pk", "source_id", "principals", "content_hash")
             }
         readable = all(
-            d["source_id"] in allowed and (not d["principals"] or principals.intersection(d["principals"]))
-            for d in documents.values()
+            pk in documents
+            and documents[pk]["source_id"] in allowed
+            and (not documents[pk]["principals"] or principals.intersection(documents[pk]["principals"]))
+            for pk in needed
         )
         if not readable:
             continue  # an answer citing what this asker may not read is not theirs to see

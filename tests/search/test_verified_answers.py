@@ -92,3 +92,58 @@ def test_a_verified_answer_citing_a_restricted_page_reaches_only_its_readers(kb)
         answer_verify(actor=kb.acme_member, answer_id=asked.answer_id)  # not readable: 404, not 403
     with pytest.raises(VerifyForbidden):
         answer_verify(actor=kb.acme_member, answer_id=ask(QUESTION, scope_for_user(kb.acme_member)).answer_id)
+
+
+@pytest.mark.parametrize(
+    "asked, verified, same",
+    [
+        ("how do I deploy the billing service", "How do I deploy the billing service?", True),
+        ("How do I increase the request timeout?", "How do I decrease the request timeout?", False),
+        ("Is the VPN not required when working from home?", "Is the VPN required when working from home?", False),
+        ("Why can't I log in?", "Why can I log in?", False),
+        ("Which port does the API use in development?", "Which port does the API use in production?", False),
+        ("How do I deploy billing to production?", "How do I deploy billing?", False),
+    ],
+)
+def test_only_a_question_asking_with_the_same_words_is_the_same_question(asked, verified, same):
+    from search.verified import same_question
+
+    assert same_question(asked, verified, 0.99) is same
+    assert not same_question(asked, verified, 0.85)  # and close in meaning too
+
+
+@pytest.mark.django_db
+def test_a_verified_answer_fails_closed_when_a_restricted_page_it_cited_is_deleted(kb):
+    question = f"What are the {kb.private_marker}?"
+    asked = ask(question, scope_for_user(kb.acme.admin))
+    answer_verify(actor=kb.acme.admin, answer_id=asked.answer_id)
+    with tenant_context(kb.acme.tenant.pk):
+        restricted = Document.objects.get(external_id="hr#salaries")
+        assert restricted.pk in VerifiedAnswer.objects.get().shown_document_ids
+        restricted.delete()  # a re-sync that drops the row (rolled back with the test)
+    assert verified_answer_match(question, scope_for_user(kb.acme_member)) is None
+
+
+@pytest.mark.django_db
+def test_a_verified_answer_that_showed_a_restricted_page_uncited_reaches_only_its_readers(kb):
+    from search.models import AnswerRecord
+
+    question = "Which secret does the billing deploy need?"
+    with tenant_context(kb.acme.tenant.pk):
+        shown = list(
+            Document.objects.filter(external_id__in=["runbook#deploy", "hr#salaries"]).values_list("pk", flat=True)
+        )
+        record = AnswerRecord.objects.create(
+            tenant_id=kb.acme.tenant.pk,
+            user=kb.acme.admin,
+            project_id=kb.acme.project.pk,
+            question=question,
+            answer="It needs the BILLING_DEPLOY_TOKEN secret.",
+            answered=True,
+            evidence_document_ids=shown,
+            cited_document_ids=[],
+            latency_ms=1.0,
+        )
+    answer_verify(actor=kb.acme.admin, answer_id=record.public_id)
+    assert verified_answer_match(question, scope_for_user(kb.acme.admin)) is not None
+    assert verified_answer_match(question, scope_for_user(kb.acme_member)) is None
