@@ -11,7 +11,6 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from projects.selectors import user_is_tenant_admin, user_tenant_id
 from search.reviews import ReviewNotFound, review_export_lines, review_list, review_submit
-from sources.selectors import user_principals
 
 
 def _admin_tenant(request: HttpRequest) -> int | None:
@@ -31,23 +30,27 @@ def review_page(request: HttpRequest) -> HttpResponse:
     if tenant_id is None:
         return render(request, "search/not_found.html", {"message": "no such page"}, status=404)
     if request.method == "POST":
+        feedback_id = request.POST.get("feedback", "")
+        if not (feedback_id.isascii() and feedback_id.isdigit() and len(feedback_id) <= 18):
+            return render(request, "search/not_found.html", {"message": "no such review"}, status=404)
+        documents = request.POST.getlist("documents")
         try:
             review_submit(
                 tenant_id=tenant_id,
                 reviewer=request.user,
-                feedback_id=int(request.POST.get("feedback", "0") or 0),
-                document_ids=[int(v) for v in request.POST.getlist("documents") if v.isdigit()],
+                feedback_id=int(feedback_id),
+                document_ids=[int(v) for v in documents if v.isascii() and v.isdigit() and len(v) <= 18],
                 unanswerable=request.POST.get("unanswerable") == "1",
                 expected_answer=request.POST.get("expected_answer", ""),
             )
-        except (ReviewNotFound, ValueError) as exc:
-            if isinstance(exc, ReviewNotFound):
-                return render(request, "search/not_found.html", {"message": "no such review"}, status=404)
+        except ReviewNotFound:
+            return render(request, "search/not_found.html", {"message": "no such review"}, status=404)
+        except ValueError as exc:  # neither documents nor "unanswerable", or both
             messages.error(request, str(exc))
         else:
             messages.success(request, "Review recorded; it is in the export.")
         return redirect("search:reviews")
-    items = review_list(tenant_id=tenant_id, reviewer_principals=user_principals(request.user, tenant_id))
+    items = review_list(tenant_id=tenant_id, reviewer=request.user)
     return render(request, "search/reviews.html", {"items": items})
 
 
@@ -58,6 +61,8 @@ def review_export(request: HttpRequest) -> HttpResponseBase:
     tenant_id = _admin_tenant(request)
     if tenant_id is None:
         return render(request, "search/not_found.html", {"message": "no such page"}, status=404)
-    response = StreamingHttpResponse(review_export_lines(tenant_id=tenant_id), content_type="application/x-ndjson")
+    response = StreamingHttpResponse(
+        review_export_lines(tenant_id=tenant_id, exporter=request.user), content_type="application/x-ndjson"
+    )
     response["Content-Disposition"] = 'attachment; filename="kbportal-reviewed-questions.jsonl"'
     return response

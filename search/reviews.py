@@ -2,10 +2,14 @@
 as evaluation cases.
 
 - :func:`review_list`: the tenant's thumbs-down votes that carry a comment, unreviewed first,
-  each with the documents its answer showed (titles only of those the reviewer may read).
+  each with the documents its answer showed (titles only of those the reviewer may read). An
+  answer the reviewer may not read (``search.conversations.readable_record_ids``: its project,
+  or a document it cited or showed, is closed to them) is listed by its question and comment
+  only: its text, expected answer and documents stay hidden, and only a reviewer who may read
+  it can review it.
 - :func:`review_submit`: an admin records which of those documents answer the question, or that
   the sources do not answer it, and optionally what the answer should say.
-- :func:`review_export_lines`: every reviewed case as one ``kb_eval`` question line
+- :func:`review_export_lines`: every reviewed case the exporter may read as one ``kb_eval`` question line
   (``search.evaluation.load_questions`` reads it): ``{"id", "type", "question", "gold",
   "answer_facts"}``, ``gold`` as ``{"kind": "doc_id", "id": <external id>}`` items, ``type``
   ``unanswerable`` when the sources do not answer it, else ``feedback``.
@@ -20,10 +24,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import F
 from django.utils import timezone
 
 from kbportal.audit import audit_record
 from kbportal.tenancy import tenant_context
+from search.conversations import readable_record_ids
 from search.models import AnswerFeedback
 from sources.models import Document
 from sources.selectors import user_principals
@@ -47,28 +53,36 @@ class ReviewDocument:
 
 @dataclass(frozen=True)
 class ReviewItem:
+    """One thumbs-down; ``readable`` false: the reviewer may not read its answer (shown by its
+    question and comment only, and not reviewable by them)."""
+
     feedback: AnswerFeedback
     documents: list[ReviewDocument]
+    readable: bool = True
 
 
 def _queryset():
     return AnswerFeedback.objects.filter(vote=AnswerFeedback.Vote.DOWN).exclude(comment="")
 
 
-def review_list(*, tenant_id: int, reviewer_principals: tuple[str, ...]) -> list[ReviewItem]:
+def review_list(*, tenant_id: int, reviewer) -> list[ReviewItem]:
     """The tenant's thumbs-down with a comment (at most ``REVIEWS_LISTED``), unreviewed first,
     newest first within each, with the documents each answer showed as evidence."""
     with tenant_context(tenant_id):
         feedback = list(
-            _queryset().select_related("answer_record", "reviewed_by").order_by("-reviewed_at", "-created_at")
+            _queryset()
+            .select_related("answer_record", "reviewed_by", "user")
+            .order_by(F("reviewed_at").asc(nulls_first=True), "-created_at")[:REVIEWS_LISTED]
         )
-        feedback.sort(key=lambda f: f.reviewed_at is not None)  # unreviewed first, the rest as ordered
-        feedback = feedback[:REVIEWS_LISTED]
         ids = {i for f in feedback for i in (f.answer_record.evidence_document_ids if f.answer_record else [])}
         rows = {d["pk"]: d for d in Document.objects.filter(pk__in=ids).values("pk", "title", "principals")}
-    principals = set(reviewer_principals)
+    readable_records = readable_record_ids(reviewer, tenant_id, [f.answer_record for f in feedback])
+    principals = set(user_principals(reviewer, tenant_id))
     items = []
     for f in feedback:
+        if f.answer_record_id not in readable_records:
+            items.append(ReviewItem(feedback=f, documents=[], readable=False))
+            continue
         documents = []
         for pk in dict.fromkeys(f.answer_record.evidence_document_ids if f.answer_record else []):
             row = rows.get(pk)
@@ -92,10 +106,13 @@ def review_submit(
     """Record ``reviewer``'s review of the thumbs-down ``feedback_id``: the documents (among those
     its answer showed, and readable by the reviewer) that answer it, or ``unanswerable``. Raises
     ``ReviewNotFound``, and ``ValueError`` for both or neither of documents and unanswerable.
-    Writes ``feedback.review`` in the same transaction."""
+    Writes ``feedback.review`` in the same transaction. An answer the reviewer may not read is
+    ``ReviewNotFound`` too (module docstring)."""
     with tenant_context(tenant_id):
         feedback = _queryset().filter(pk=feedback_id).select_related("answer_record").first()
-    if feedback is None:
+    if feedback is None or feedback.answer_record_id not in readable_record_ids(
+        reviewer, tenant_id, [feedback.answer_record]
+    ):
         raise ReviewNotFound("no such review")
     principals = set(user_principals(reviewer, tenant_id))
     shown = set(feedback.answer_record.evidence_document_ids if feedback.answer_record else [])
@@ -128,10 +145,14 @@ def review_submit(
     return feedback
 
 
-def review_export_lines(*, tenant_id: int) -> Iterator[str]:
-    """Each reviewed case as one JSON line in the ``kb_eval`` question format (module docstring)."""
+def review_export_lines(*, tenant_id: int, exporter) -> Iterator[str]:
+    """Each reviewed case whose answer ``exporter`` may read (its gold documents are among those
+    it showed) as one JSON line in the ``kb_eval`` question format (module docstring)."""
     with tenant_context(tenant_id):
-        reviewed = list(_queryset().exclude(reviewed_at=None).order_by("pk"))
+        reviewed = list(_queryset().exclude(reviewed_at=None).select_related("answer_record").order_by("pk"))
+    readable = readable_record_ids(exporter, tenant_id, [f.answer_record for f in reviewed])
+    reviewed = [f for f in reviewed if f.answer_record_id in readable]
+    with tenant_context(tenant_id):
         ids = {i for f in reviewed for i in f.expected_document_ids}
         external = dict(Document.objects.filter(pk__in=ids).values_list("pk", "external_id"))
     for f in reviewed:

@@ -77,3 +77,43 @@ def test_a_thumbs_down_is_reviewed_by_an_admin_and_exported_as_an_evaluation_cas
     path = tmp_path / "reviewed.jsonl"
     path.write_text(export)
     assert [q.gold for q in load_questions(path)] == [[{"kind": "doc_id", "id": "runbook#deploy"}]]
+
+
+@pytest.mark.django_db
+def test_an_admin_who_may_not_read_an_answer_sees_only_its_question_and_cannot_review_or_export_it(kb):
+    from django.contrib.auth import get_user_model
+
+    from projects.models import Membership
+    from projects.services import membership_create
+
+    second = get_user_model().objects.create_user("kb-acme-admin2", "admin2@acme.example", "pw-admin2-xyz")
+    membership_create(tenant_id=kb.acme.tenant.pk, user=second, role=Membership.Role.ADMIN)
+    asked = ask(f"What are the {kb.private_marker}?", scope_for_user(kb.acme.admin))
+    assert any(kb.private_marker in ev.text for ev in asked.sources)
+    answer_feedback_submit(actor=kb.acme.admin, answer_id=asked.answer_id, vote=-1, comment="too short")
+    with tenant_context(kb.acme.tenant.pk):
+        feedback = AnswerFeedback.objects.get(answer_record__public_id=asked.answer_id)
+    restricted = next(ev.document_id for ev in asked.sources if kb.private_marker in ev.text)
+    review_submit(
+        tenant_id=kb.acme.tenant.pk,
+        reviewer=kb.acme.admin,
+        feedback_id=feedback.pk,
+        document_ids=[restricted],
+        unanswerable=False,
+        expected_answer=f"the {kb.private_marker} are 3 bands",
+    )
+    client = Client()
+    client.force_login(second)
+    page = client.get(reverse("search:reviews")).content.decode()
+    assert "too short" in page and "may not read" in page
+    assert kb.private_marker not in page.replace(f"What are the {kb.private_marker}?", "")
+    export = b"".join(client.get(reverse("search:review_export")).streaming_content).decode()
+    assert export == ""
+    assert client.post(reverse("search:reviews"), {"feedback": feedback.pk, "unanswerable": "1"}).status_code == 404
+    assert client.post(reverse("search:reviews"), {"feedback": "abc", "unanswerable": "1"}).status_code == 404
+    with tenant_context(kb.acme.tenant.pk):
+        feedback.refresh_from_db()
+    assert feedback.expected_document_ids == [restricted] and not feedback.unanswerable
+    owner = Client()
+    owner.force_login(kb.acme.admin)
+    assert "hr#salaries" in b"".join(owner.get(reverse("search:review_export")).streaming_content).decode()
