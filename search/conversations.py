@@ -76,6 +76,27 @@ def conversation_for_ask(scope: QueryScope, conversation_id: str | uuid.UUID) ->
     return conversation, turns[::-1]
 
 
+def all_documents_readable(
+    tenant_id: int, user_id: int | None, document_ids: set[int], *, allowed_sources: set[int], principals: set[str]
+) -> bool:
+    """Whether every one of ``document_ids`` still exists, sits in one of ``allowed_sources`` and
+    has no principals or one of ``principals``: the one rule for showing again what an answer
+    used (share links, reopened turns, reviews, verified answers). A document deleted since
+    cannot be checked, so it fails closed. Runs its query in the tenant's context."""
+    if not document_ids:
+        return True
+    with tenant_context(tenant_id, user_id=user_id):
+        documents = {
+            d["pk"]: d for d in Document.objects.filter(pk__in=document_ids).values("pk", "source_id", "principals")
+        }
+    return all(
+        pk in documents
+        and documents[pk]["source_id"] in allowed_sources
+        and (not documents[pk]["principals"] or bool(principals.intersection(documents[pk]["principals"])))
+        for pk in document_ids
+    )
+
+
 def readable_record_ids(user_or_id, tenant_id: int, records: list[AnswerRecord]) -> set[int]:
     """The pks of ``records`` (of ``tenant_id``) whose answers the user (a user or a user id)
     may read now (module docstring): project readable, every cited or shown document readable
@@ -94,12 +115,6 @@ def readable_record_ids(user_or_id, tenant_id: int, records: list[AnswerRecord])
             sources_by_project[project_id] = set(project_source_ids(project))
         except ScopeNotFound:
             sources_by_project[project_id] = None
-    wanted = {i for r in records for i in (*r.cited_document_ids, *r.evidence_document_ids)}
-    documents: dict[int, tuple[int, list[str]]] = {}
-    if wanted:
-        with tenant_context(tenant_id, user_id=user.pk):
-            for d in Document.objects.filter(pk__in=wanted).values("pk", "source_id", "principals"):
-                documents[d["pk"]] = (d["source_id"], d["principals"] or [])
     principals = set(user_principals(user, tenant_id))
     readable = set()
     for record in records:
@@ -107,12 +122,7 @@ def readable_record_ids(user_or_id, tenant_id: int, records: list[AnswerRecord])
         if allowed is None:
             continue
         ids = set(record.cited_document_ids) | set(record.evidence_document_ids)
-        if all(
-            i in documents
-            and documents[i][0] in allowed
-            and (not documents[i][1] or principals.intersection(documents[i][1]))
-            for i in ids
-        ):
+        if all_documents_readable(tenant_id, user.pk, ids, allowed_sources=allowed, principals=principals):
             readable.add(record.pk)
     return readable
 

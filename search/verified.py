@@ -32,7 +32,7 @@ from django.utils.dateparse import parse_datetime
 from kbportal.audit import audit_record
 from kbportal.tenancy import tenant_context
 from projects.selectors import project_can_edit, user_is_tenant_admin, user_tenant_id
-from search.conversations import readable_record_ids
+from search.conversations import all_documents_readable, readable_record_ids
 from search.models import AnswerRecord, VerifiedAnswer
 from search.text import WORD, content_terms
 from sources.models import Document
@@ -224,19 +224,15 @@ def verified_answer_match(question: str, scope: QueryScope) -> VerifiedMatch | N
         if not same_question(question, verified.question, similarity):
             continue
         needed = set(verified.shown_document_ids) | set(verified.cited_document_ids)
+        if not all_documents_readable(
+            scope.tenant_id, scope.user_id, needed, allowed_sources=allowed, principals=principals
+        ):
+            continue  # an answer using what this asker may not read (or what is gone) is not theirs to see
         with tenant_context(scope.tenant_id, user_id=scope.user_id):
             documents = {
                 d["pk"]: d
-                for d in Document.objects.filter(pk__in=needed).values("pk", "source_id", "principals", "content_hash")
+                for d in Document.objects.filter(pk__in=verified.cited_document_ids).values("pk", "content_hash")
             }
-        readable = all(
-            pk in documents
-            and documents[pk]["source_id"] in allowed
-            and (not documents[pk]["principals"] or principals.intersection(documents[pk]["principals"]))
-            for pk in needed
-        )
-        if not readable:
-            continue  # an answer citing what this asker may not read is not theirs to see
         stale = any(
             str(pk) not in verified.document_hashes
             or pk not in documents
