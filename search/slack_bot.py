@@ -23,6 +23,8 @@
 - ``reaction_added`` with 👍 (``+1``, ``thumbsup``) or 👎 (``-1``, ``thumbsdown``) on the bot's
   answer records the asker's vote (``search.services.answer_feedback_submit``; anyone else's
   reaction is ignored).
+- A verified answer to the same question (``search.verified``), when the reply's readers may see
+  it, comes first, marked with who verified it and when.
 
 Each event id is applied once (``sources.services.slack_event_claim``, the listener's durable
 guard; released when the reply could not be posted, so Slack's redelivery is answered). Slack's
@@ -307,7 +309,17 @@ class SlackBot:
             return "ignored"
         result = ask(text, scope, conversation_id=self._conversation_id(scope, question, user, text))
         sources = [{"n": ev.n, "title": ev.title, "link": ev.link} for ev in result.sources]
-        posted = self._reply(question, slack_text(result.answer.text, sources))
+        reply = slack_text(result.answer.text, sources)
+        if result.verified is not None:  # checked by someone who knows: shown first, as on the web page
+            verified = result.verified
+            note = f"verified by {verified.verified_by} on {verified.verified_at:%Y-%m-%d}"
+            if verified.stale:
+                note += "; a source it cites has changed since"
+            reply = (
+                f"*Verified answer* ({note.replace('&', '&amp;').replace('<', '&lt;').replace('>', '&gt;')})\n"
+                f"{slack_text(verified.text, verified.sources)}\n\n*Fresh answer*\n{reply}"
+            )
+        posted = self._reply(question, reply)
         ts = posted.get("ts")
         if isinstance(ts, str) and ts:
             with tenant_context(self.tenant_id, user_id=user.pk):

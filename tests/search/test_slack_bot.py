@@ -239,6 +239,22 @@ def test_a_channel_reply_holds_only_what_everyone_may_read(workspace):
     assert [c.status for c in server.calls_of("chat.postMessage")][:2] == [429, 200]
 
 
+def test_a_verified_answer_comes_first_in_the_slack_reply(workspace):
+    from search.verified import answer_verify
+
+    onboarded, slack, server, asker = workspace
+    with listening(onboarded, slack):
+        server.push(mention(ASKER, "How do I deploy the billing service?"), event_id="Ev0301")
+        server.wait_posted(1)
+        with tenant_context(onboarded.tenant.pk):
+            answer_id = AnswerRecord.objects.get(user=asker).public_id
+        answer_verify(actor=onboarded.admin, answer_id=answer_id, text="Run `make release` [1].")
+        server.push(mention(ASKER, "How do I deploy the billing service?"), event_id="Ev0302")
+        again = server.wait_posted(2)[1]["text"]
+    assert again.startswith(f"*Verified answer* (verified by {onboarded.admin.get_username()} on ")
+    assert again.index("Run `make release` <https://wiki.example/runbook#deploy|[1]>") < again.index("*Fresh answer*")
+
+
 def test_the_apps_own_messages_are_not_ingested():
     from sources.connectors.slack.rows import SlackRenderer
 
