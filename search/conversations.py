@@ -76,23 +76,27 @@ def conversation_for_ask(scope: QueryScope, conversation_id: str | uuid.UUID) ->
     return conversation, turns[::-1]
 
 
-def all_documents_readable(
-    tenant_id: int, user_id: int | None, document_ids: set[int], *, allowed_sources: set[int], principals: set[str]
-) -> bool:
-    """Whether every one of ``document_ids`` still exists, sits in one of ``allowed_sources`` and
-    has no principals or one of ``principals``: the one rule for showing again what an answer
-    used (share links, reopened turns, reviews, verified answers). A document deleted since
-    cannot be checked, so it fails closed. Runs its query in the tenant's context."""
+def document_access(tenant_id: int, user_id: int | None, document_ids: set[int]) -> dict[int, dict[str, Any]]:
+    """``{pk: {"source_id", "principals", "content_hash"}}`` of those of ``document_ids`` still
+    there, read in one query in the tenant's context (for :func:`documents_readable`)."""
     if not document_ids:
-        return True
+        return {}
     with tenant_context(tenant_id, user_id=user_id):
-        documents = {
-            d["pk"]: d for d in Document.objects.filter(pk__in=document_ids).values("pk", "source_id", "principals")
-        }
+        rows = Document.objects.filter(pk__in=document_ids).values("pk", "source_id", "principals", "content_hash")
+        return {row.pop("pk"): row for row in rows}
+
+
+def documents_readable(
+    access: dict[int, dict[str, Any]], document_ids: set[int], *, allowed_sources: set[int], principals: set[str]
+) -> bool:
+    """Whether every one of ``document_ids`` is in ``access`` (:func:`document_access`: still
+    there), sits in one of ``allowed_sources`` and has no principals or one of ``principals``:
+    the one rule for showing again what an answer used (share links, reopened turns, reviews,
+    verified answers). A document deleted since cannot be checked, so it fails closed."""
     return all(
-        pk in documents
-        and documents[pk]["source_id"] in allowed_sources
-        and (not documents[pk]["principals"] or bool(principals.intersection(documents[pk]["principals"])))
+        pk in access
+        and access[pk]["source_id"] in allowed_sources
+        and (not access[pk]["principals"] or bool(principals.intersection(access[pk]["principals"])))
         for pk in document_ids
     )
 
@@ -116,13 +120,14 @@ def readable_record_ids(user_or_id, tenant_id: int, records: list[AnswerRecord])
         except ScopeNotFound:
             sources_by_project[project_id] = None
     principals = set(user_principals(user, tenant_id))
+    used = {r.pk: set(r.cited_document_ids) | set(r.evidence_document_ids) for r in records}
+    access = document_access(tenant_id, user.pk, set().union(*used.values()) if used else set())
     readable = set()
     for record in records:
         allowed = sources_by_project.get(record.project_id) if record.project_id is not None else None
-        if allowed is None:
-            continue
-        ids = set(record.cited_document_ids) | set(record.evidence_document_ids)
-        if all_documents_readable(tenant_id, user.pk, ids, allowed_sources=allowed, principals=principals):
+        if allowed is not None and documents_readable(
+            access, used[record.pk], allowed_sources=allowed, principals=principals
+        ):
             readable.add(record.pk)
     return readable
 
@@ -216,10 +221,14 @@ class ConversationTurn:
         }
 
 
-def _shown_source(source: dict[str, Any]) -> dict[str, Any]:
-    """A stored cited source with ``updated_at`` a datetime again (``None`` when absent)."""
-    when = source.get("updated_at")
-    return {**source, "updated_at": parse_datetime(when) if isinstance(when, str) else None}
+def stored_sources(sources: list[Any]) -> list[dict[str, Any]]:
+    """Stored cited sources (``AnswerRecord.cited_sources``) as shown again: each a dict, its
+    ``updated_at`` a datetime again (``None`` when absent)."""
+    return [
+        {**s, "updated_at": parse_datetime(s["updated_at"]) if isinstance(s.get("updated_at"), str) else None}
+        for s in sources or []
+        if isinstance(s, dict)
+    ]
 
 
 WITHHELD = "This answer is no longer shown: it used a project or document you may not read now."
@@ -245,7 +254,7 @@ def _turn(record: AnswerRecord, *, readable: bool = True) -> ConversationTurn:
         rewrite_method=record.rewrite_method,
         answer=record.answer,
         answered=record.answered,
-        sources=[_shown_source(s) for s in record.cited_sources or [] if isinstance(s, dict)],
+        sources=stored_sources(record.cited_sources),
         created_at=record.created_at,
     )
 

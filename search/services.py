@@ -334,7 +334,7 @@ def shown_document_ids(ev: Evidence) -> list[int]:
     return ids
 
 
-def _shown_source(ev: Evidence) -> dict[str, Any]:
+def _stored_source(ev: Evidence) -> dict[str, Any]:
     data = ev.as_dict()
     keep = ("n", "title", "link", "kind", "location", "updated_at", "sections")
     shown = {key: data.get(key) for key in keep}
@@ -373,7 +373,7 @@ def answer_record_create(
             # the documents it names (titles in its text) count as shown, for the share link's check
             evidence_document_ids=list(dict.fromkeys(i for e in result.evidence for i in shown_document_ids(e))),
             cited_document_ids=[i for e in result.sources for i in e.document_ids if i > 0],
-            cited_sources=[_shown_source(e) for e in result.sources],
+            cited_sources=[_stored_source(e) for e in result.sources],
             latency_ms=result.timings_ms.get("total", 0.0),
             first_token_ms=result.timings_ms.get("first_token"),
             error=result.answer.error,

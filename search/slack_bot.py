@@ -178,14 +178,18 @@ def portal_user_for_slack_user(*, tenant_id: int, source_id: int, slack_user: st
     return members[0] if len(members) == 1 else None
 
 
+def slack_escape(text: str) -> str:
+    """``&``, ``<`` and ``>`` as Slack's ``mrkdwn`` requires: the only characters it reads as markup
+    openers (``<!channel>``, ``<@U1>``, ``<url|label>``)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def slack_text(answer: str, sources: list[dict[str, Any]]) -> str:
     """An answer as Slack ``mrkdwn``: Markdown's backslash escapes dropped (Slack shows them),
     ``&``, ``<``, ``>`` escaped, ``**bold**`` as ``*bold*``, each ``[n]`` a link to its source
     when the source has an absolute http(s) link, then the sources, one per line."""
     links = {s["n"]: _absolute(str(s.get("link") or "")) for s in sources}
-    text = (
-        answer_terminal_text(answer[:SLACK_TEXT_CHARS]).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    )
+    text = slack_escape(answer_terminal_text(answer[:SLACK_TEXT_CHARS]))
     text = text.replace("**", "*")
     text = _CITATION.sub(
         lambda m: f"<{links[int(m.group(1))]}|[{m.group(1)}]>" if links.get(int(m.group(1))) else m.group(0), text
@@ -195,7 +199,7 @@ def slack_text(answer: str, sources: list[dict[str, Any]]) -> str:
         lines.append("")
         lines.append("*Sources*")
         for s in sources:
-            title = str(s.get("title") or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            title = slack_escape(str(s.get("title") or ""))
             title = title.replace("|", "¦")[:150]
             link = links.get(s["n"])
             lines.append(f"[{s['n']}] <{link}|{title}>" if link else f"[{s['n']}] {title}")
@@ -316,7 +320,7 @@ class SlackBot:
             if verified.stale:
                 note += "; a source it cites has changed since"
             reply = (
-                f"*Verified answer* ({note.replace('&', '&amp;').replace('<', '&lt;').replace('>', '&gt;')})\n"
+                f"*Verified answer* ({slack_escape(note)})\n"
                 f"{slack_text(verified.text, verified.sources)}\n\n*Fresh answer*\n{reply}"
             )
         posted = self._reply(question, reply)

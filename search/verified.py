@@ -27,12 +27,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.utils.dateparse import parse_datetime
-
 from kbportal.audit import audit_record
 from kbportal.tenancy import tenant_context
 from projects.selectors import project_can_edit, user_is_tenant_admin, user_tenant_id
-from search.conversations import all_documents_readable, readable_record_ids
+from search.conversations import document_access, documents_readable, readable_record_ids, stored_sources
 from search.models import AnswerRecord, VerifiedAnswer
 from search.text import WORD, content_terms
 from sources.models import Document
@@ -224,29 +222,13 @@ def verified_answer_match(question: str, scope: QueryScope) -> VerifiedMatch | N
         if not same_question(question, verified.question, similarity):
             continue
         needed = set(verified.shown_document_ids) | set(verified.cited_document_ids)
-        if not all_documents_readable(
-            scope.tenant_id, scope.user_id, needed, allowed_sources=allowed, principals=principals
-        ):
+        access = document_access(scope.tenant_id, scope.user_id, needed)
+        if not documents_readable(access, needed, allowed_sources=allowed, principals=principals):
             continue  # an answer using what this asker may not read (or what is gone) is not theirs to see
-        with tenant_context(scope.tenant_id, user_id=scope.user_id):
-            documents = {
-                d["pk"]: d
-                for d in Document.objects.filter(pk__in=verified.cited_document_ids).values("pk", "content_hash")
-            }
         stale = any(
-            str(pk) not in verified.document_hashes
-            or pk not in documents
-            or documents[pk]["content_hash"] != verified.document_hashes[str(pk)]
-            for pk in verified.cited_document_ids
+            access[pk]["content_hash"] != verified.document_hashes.get(str(pk)) for pk in verified.cited_document_ids
         )
-        sources = [
-            {
-                **s,
-                "updated_at": parse_datetime(s["updated_at"]) if isinstance(s.get("updated_at"), str) else None,
-            }
-            for s in verified.cited_sources
-            if isinstance(s, dict)
-        ]
+        sources = stored_sources(verified.cited_sources)
         return VerifiedMatch(
             id=str(verified.public_id),
             question=verified.question,

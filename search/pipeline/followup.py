@@ -21,11 +21,12 @@ taken to be about: ``"and for websockets? (about: dependency yield cleanup)"``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from search.llm import llm_client, llm_configured
@@ -79,7 +80,6 @@ class Rewrite:
     method: RewriteMethod = "none"
     carried: tuple[str, ...] = ()
     error: str = ""
-    leans: bool = field(default=False)
 
     @property
     def rewritten(self) -> bool:
@@ -139,9 +139,9 @@ def rule_rewrite(question: str, history: Sequence[Turn]) -> Rewrite:
         return Rewrite(question=question, standalone=question)
     carried = carried_words(question, history[-1].standalone)
     if not carried:
-        return Rewrite(question=question, standalone=question, leans=True)
+        return Rewrite(question=question, standalone=question)
     standalone = f"{question.strip()} (about: {' '.join(carried)})"
-    return Rewrite(question=question, standalone=standalone, method="rules", carried=tuple(carried), leans=True)
+    return Rewrite(question=question, standalone=standalone, method="rules", carried=tuple(carried))
 
 
 REWRITE_PROMPT = (
@@ -212,23 +212,11 @@ def rewrite_followup(question: str, history: Sequence[Turn]) -> Rewrite:
     if llm_configured():
         try:
             standalone = llm_rewrite(question, history)
-            return Rewrite(
-                question=question,
-                standalone=standalone,
-                method="llm" if standalone != question else "none",
-                leans=standalone != question,
-            )
+            return Rewrite(question=question, standalone=standalone, method="llm" if standalone != question else "none")
         except Exception as exc:  # the rule stands in for a failed call
             logger.warning("follow-up rewrite failed: %s", exc)
             status = getattr(exc, "status_code", None)
             http = f", HTTP {status}" if isinstance(status, int) else ""
-            fallback = rule_rewrite(question, history)
-            return Rewrite(
-                question=fallback.question,
-                standalone=fallback.standalone,
-                method=fallback.method,
-                carried=fallback.carried,
-                error=f"the rewrite failed ({type(exc).__name__}{http}); see the server log",
-                leans=fallback.leans,
-            )
+            error = f"the rewrite failed ({type(exc).__name__}{http}); see the server log"
+            return dataclasses.replace(rule_rewrite(question, history), error=error)
     return rule_rewrite(question, history)
