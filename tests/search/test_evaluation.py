@@ -125,7 +125,8 @@ def test_answer_evaluation_scores_declines_citations_and_judged_facts(kb, settin
 def test_a_quoted_evidence_line_is_not_the_answer_declining():
     """An extractive answer quoting a log line "403 with message 'tenant not found'" states the
     evidence's words, not that the sources lack the answer: it is answered. The same words in an
-    LLM's answer are its own, and decline."""
+    LLM's answer are its own, and decline (under a partial verdict; under an answered one see
+    ``test_an_llm_draft_declining_what_the_gate_found_answered_gives_way_to_the_sources``)."""
     from search.pipeline.checks import check_answer
     from search.pipeline.drafts import Draft
     from search.pipeline.evidence import Evidence
@@ -147,8 +148,50 @@ def test_a_quoted_evidence_line_is_not_the_answer_declining():
     quoted = "Observe 403 with message 'tenant not found' [3]."
     verdict = Verdict(status="answered")
     extractive = check_answer("Why do logins fail?", evidence, verdict, Draft(quoted, [3], "extractive", answers=True))
-    assert extractive.answered
+    assert extractive.answered and extractive.checks == []
+    partial = Verdict(status="partial", missing_terms=("SAML",))
     llm = check_answer(
-        "Why do logins fail?", evidence, verdict, Draft("The sources do not mention it [3].", [3], "llm", answers=True)
+        "Why do logins fail?", evidence, partial, Draft("The sources do not mention it [3].", [3], "llm", answers=True)
     )
     assert not llm.answered
+
+
+@pytest.mark.django_db
+def test_an_llm_draft_declining_what_the_gate_found_answered_gives_way_to_the_sources():
+    """The gate decides whether the sources answer; a model's draft that says they do not, under
+    an answered verdict, is replaced by the extractive answer quoting them (check
+    ``declines_answered``), which counts as answered. Under a partial verdict, or when no
+    extractive answer can stand, the draft's decline stays."""
+    from search.pipeline.checks import check_answer
+    from search.pipeline.drafts import Draft
+    from search.pipeline.evidence import Evidence
+    from tests.search.conftest import scored_verdict
+
+    evidence = [
+        Evidence(
+            n=1,
+            document_id=1,
+            kind="doc_section",
+            title="Tenant service restarts",
+            url="",
+            score=1.0,
+            tool="search",
+            text="The tenant service restarts nightly at two in the morning, after the backup job.",
+            lexical_rank=1,
+            dense_rank=1,
+        )
+    ]
+    question = "When does the tenant service restart?"
+    verdict = scored_verdict(question, evidence)
+    assert verdict.answered
+    hedged = Draft("The sources do not specify when the tenant service restarts.", [], "llm", answers=True)
+    answer = check_answer(question, evidence, verdict, hedged)
+    assert answer.answered and answer.synthesizer == "extractive" and answer.cited == [1]
+    assert "two in the morning" in answer.text and "do not specify" not in answer.text
+    assert answer.checks == ["declines_answered"] and "quotes the sources instead" in answer.error
+
+    # The same draft under a verdict the gate did not call answered declines as written.
+    from search.pipeline.gate import Verdict
+
+    kept = check_answer(question, evidence, Verdict(status="partial", missing_focus="window"), hedged)
+    assert not kept.answered and "do not specify" in kept.text and kept.synthesizer == "llm"

@@ -197,7 +197,8 @@ def test_an_llm_answer_citing_no_evidence_is_replaced_by_the_sources_own_words_o
     When the gate found the evidence answers the question, the extractive answer (the runbook's
     own sentence, cited) replaces it; when the evidence answers only in part, the answer declines
     and points at the closest sources. A draft that itself says the sources lack the answer is
-    kept as written."""
+    kept as written under a partial verdict, and replaced by the sources' words under an answered
+    one (the gate decides; check ``declines_answered``)."""
     from search.pipeline.checks import UNCITED_NOTE
     from search.pipeline.gate import text_declines
 
@@ -223,11 +224,18 @@ def test_an_llm_answer_citing_no_evidence_is_replaced_by_the_sources_own_words_o
         assert done["fallback"] and "cited none of the evidence" in done["error"]
         assert done["cited"] == [] and done["sources"] == [] and "Closest, not answering:" in done["text"]
 
-        drafts["answer"] = ["The sources do not mention ", "how to deploy it."]
-        events = _events("How do I deploy the billing service?", scope_for_user(kb.acme.admin))
-        done = events[-1].data
-        assert done["text"] == "The sources do not mention how to deploy it." and not done["fallback"]
+        # A draft saying the sources lack the answer: kept as written where the gate found a part
+        # missing; where it found them answering, the sources' own words replace it.
+        drafts["answer"] = ["The sources do not mention ", "who approves it."]
+        done = _events(partial, scope_for_user(kb.acme.admin))[-1].data
+        assert done["text"].endswith("The sources do not mention who approves it.") and not done["fallback"]
         assert done["answered"] is False and done["cited"] == []
+
+        drafts["answer"] = ["The sources do not mention ", "how to deploy it."]
+        done = _events("How do I deploy the billing service?", scope_for_user(kb.acme.admin))[-1].data
+        assert "make release" in done["text"] and "do not mention" not in done["text"]
+        assert done["answered"] is True and done["synthesizer"] == "extractive" and done["cited"] == [runbook]
+        assert done["fallback"] and done["checks"] == ["declines_answered"]
 
 
 def _block(n, title, text):
