@@ -585,6 +585,22 @@ def names_someone(text: str, question: str, focus: str = "") -> bool:
     return False
 
 
+_FORM_NOUNS = _DOCUMENT_NOUNS | frozenset(
+    "function functions class classes method methods module modules file files decorator decorators".split()
+)
+
+
+def answer_form_words(question: str) -> list[str]:
+    """The words right after "which" or "what" (at most two) that name the kind of thing the
+    answer is, a document or a code object ("Which *function* builds ...", "What *pull request*
+    added ..."): the answer is that thing, which does not call itself so (a definition never
+    writes "function", a commit not "pull request"). Lower-cased, in order."""
+    match = re.search(r"\b(?:which|what)\s+((?:[\w-]+\s+){0,1}[\w-]+)", question, re.I)
+    if match is None:
+        return []
+    return [w.lower() for w in match.group(1).split() if w.lower() in _FORM_NOUNS]
+
+
 def asks_for_document(question: str) -> bool:
     """Whether ``question`` asks which document did something ("Which pull request added ...",
     "What recent change fixed ..."): a document noun (``_DOCUMENT_NOUNS``) in the two words after

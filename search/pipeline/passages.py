@@ -7,8 +7,10 @@ together; the extractive synthesizer quotes the best of them. Scored once per qu
   by its inverse document frequency in the scope, ``idf(t) = ln((N + 1) / (df(t) + 1))`` (Spärck
   Jones, 1972; +1 so a term no row holds weighs most, not infinity). Terms are PostgreSQL's
   English lexemes (``to_tsvector('english', ...)``), the ones full-text search and the term
-  statistics use, so "dependencies" meets "dependency"; stop words and the question's function
-  words (``FUNCTION_WORDS``) never count.
+  statistics use, so "dependencies" meets "dependency"; stop words, the question's function
+  words (``FUNCTION_WORDS``) and the words naming the kind of thing it asks for
+  (``answer_types.answer_form_words``: "Which *function* ...", "What *pull request* ...") never
+  count.
 - **similarity**: the cosine between the question's embedding and the passage's (prefixed with
   its block's title), from the embedder retrieval already loaded.
 """
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 
 from django.db import connection
 
-from search.pipeline.answer_types import asks_for_document
+from search.pipeline.answer_types import answer_form_words, asks_for_document
 from search.pipeline.evidence import PASSAGE_GAP, SNIPPET_CHARS, Evidence, query_passage
 from search.pipeline.subquestions import SubQuestion, sub_questions
 from search.text import WORD, neutralize_citations, word_variants
@@ -456,7 +458,8 @@ def score_evidence(
     variant_pairs = [(w, v) for w in sorted({w.lower() for w in WORD.findall(question)}) for v in word_variants(w)]
     variant_texts = [text for pair in variant_pairs for text in pair]
     lexemes = lexeme_sets(
-        [" ".join(function_words(question)), question, asking, *clause_texts, *variant_texts, *block_texts]
+        [" ".join(function_words(question) + answer_form_words(question)), question, asking, *clause_texts]
+        + [*variant_texts, *block_texts]
         + [ev.title for ev in blocks]
         + [p.text for p in passages]
     )

@@ -989,6 +989,30 @@ def test_function_words_and_contraction_tails_are_no_question_terms():
 
 
 @pytest.mark.parametrize(
+    "question, dropped",
+    [
+        ("Which function extracts the parameter names from a route path?", {"function"}),
+        ("Which pull request added route path parameters?", {"pull", "request"}),
+        ("What class parses route path parameters?", {"class"}),
+        ("What does the route path parameter function return?", set()),  # no kind named after "what"
+    ],
+)
+@pytest.mark.django_db
+def test_the_kind_of_thing_asked_for_is_no_term_the_evidence_must_hold(question, dropped):
+    """ "Which *function* ..." is answered by a definition, "Which *pull request* ..." by a commit:
+    neither calls itself so, and the word naming the answer's kind is left out of the question's
+    terms (a definition holding every other term covers the question)."""
+    from search.pipeline.passages import lexeme_sets, score_evidence
+
+    code = "def get_path_param_names(path: str) -> set[str]:\n    return set(re.findall('{(.*?)}', path))"
+    block = _block(1, "fastapi/utils.py: get_path_param_names", code, lexical_rank=1, dense_rank=1)
+    scored = score_evidence(question, [block], df={}, n_rows=100)
+    kind, topic = lexeme_sets([" ".join(dropped), "route path paramet"])
+    assert not kind & set(scored.weights) and topic <= set(scored.weights)
+    assert ("function" in scored.weights) == ("function" in question and not dropped)
+
+
+@pytest.mark.parametrize(
     "question, kept",
     [
         ("Whose job is it to review the billing service?", {"whose"}),  # asks for a person
