@@ -408,8 +408,10 @@ def dense_ranking(
         where += LEAVES_ONLY_SQL
     params.update(vec="[" + ",".join(f"{x:.7f}" for x in query_vector) + "]", limit=limit)
     with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL hnsw.ef_search = 100")
-        cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        # SET LOCAL of both, in one round trip
+        cursor.execute(
+            "SELECT set_config('hnsw.ef_search', '100', true), set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+        )
         cursor.execute(
             f"""
             SELECT d.id, 1 - (d.embedding <=> %(vec)s::vector) AS similarity
