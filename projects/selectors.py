@@ -30,7 +30,11 @@ def membership_list_for_user(user) -> list[Membership]:
 
 def user_tenant_id(user) -> int | None:
     """The tenant the user works in: their profile's, if still a member, else their first."""
-    memberships = membership_list_for_user(user)
+    return _tenant_of(user, membership_list_for_user(user))
+
+
+def _tenant_of(user, memberships: list[Membership]) -> int | None:
+    """:func:`user_tenant_id` from the user's memberships, read once by the caller."""
     if not memberships:
         return None
     profile = Profile.objects.filter(user=user).first()
@@ -42,6 +46,14 @@ def user_tenant_id(user) -> int | None:
 def user_is_tenant_admin(user, tenant_id: int) -> bool:
     """True when the user is an owner or admin of the tenant."""
     return any(m.tenant_id == tenant_id and m.is_admin for m in membership_list_for_user(user))
+
+
+def user_is_admin_of_own_tenant(user) -> bool:
+    """``user_is_tenant_admin(user, user_tenant_id(user))`` (False without a tenant), from one
+    read of the memberships rather than two (the page header asks it on every page)."""
+    memberships = membership_list_for_user(user)
+    tenant_id = _tenant_of(user, memberships)
+    return tenant_id is not None and any(m.tenant_id == tenant_id and m.is_admin for m in memberships)
 
 
 # ---------- project membership: who may read which project and data source ------------------------
@@ -121,10 +133,11 @@ def project_default_for_user(*, user_id: int | None) -> Project | None:
     return project if project is not None else readable.order_by("name", "pk").first()
 
 
-def project_list_for_user(user) -> list[Project]:
+def project_list_for_user(user, *, tenant_id: int | None = None) -> list[Project]:
     """The projects of the user's tenant that they may query (:func:`project_queryset_readable`),
-    by name; empty when the user has no tenant."""
-    tenant_id = user_tenant_id(user)
+    by name; empty when the user has no tenant. ``tenant_id``: the tenant they work in when the
+    caller has it already (a scope built for them this request), else :func:`user_tenant_id`."""
+    tenant_id = tenant_id if tenant_id is not None else user_tenant_id(user)
     if tenant_id is None:
         return []
     with tenant_context(tenant_id, user_id=user.pk):

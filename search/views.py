@@ -155,7 +155,7 @@ def ask_page(request: HttpRequest) -> HttpResponse:
     context = {
         "scope": scope,
         "question": question,
-        "projects": project_list_for_user(request.user),
+        "projects": project_list_for_user(request.user, tenant_id=scope.tenant_id),
         "max_question_chars": MAX_QUERY_CHARS,
         "conversation": conversation,
         "conversation_id": conversation.id if conversation is not None else "",
@@ -269,7 +269,12 @@ def people_page(request: HttpRequest) -> HttpResponse:
     if response is not None:
         return response
     query = request.GET.get("q", "")
-    context = {"scope": scope, "question": query, "projects": project_list_for_user(request.user)}
+    context = {
+        "scope": scope,
+        "question": query,
+        # the tenant the scope was built in (the user's, read once this request)
+        "projects": project_list_for_user(request.user, tenant_id=scope.tenant_id),
+    }
     if "q" in request.GET:
         try:
             context["experts"] = experts_find(scope=scope, query=query, limit=PAGE_EXPERTS)
@@ -284,7 +289,12 @@ def search_page(request: HttpRequest) -> HttpResponse:
     if response is not None:
         return response
     query = request.GET.get("q", "")
-    context = {"scope": scope, "question": query, "projects": project_list_for_user(request.user)}
+    context = {
+        "scope": scope,
+        "question": query,
+        # the tenant the scope was built in (the user's, read once this request)
+        "projects": project_list_for_user(request.user, tenant_id=scope.tenant_id),
+    }
     if "q" in request.GET:
         try:
             context["hits"] = evidence_search(scope=scope, query=query, limit=PAGE_HITS)

@@ -133,6 +133,8 @@ def user_principals(user, tenant_id: int | None = None) -> tuple[str, ...]:
         tenant_id = user_tenant_id(user)
     if tenant_id is None:
         return tuple(own)
+    if not emails:  # nothing in the directory to link (directory_principals): no transaction for it
+        return tuple(sorted(set(own)))
     with tenant_context(tenant_id):
         return tuple(sorted(set(own) | directory_principals(emails=emails, own=own)))
 

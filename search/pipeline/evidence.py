@@ -6,7 +6,7 @@ import bisect
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -223,12 +223,24 @@ class Evidence:
         return self.path or self.url
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.pop("body", None)
+        # What dataclasses.asdict gives (fields in order, containers copied), less ``body``,
+        # without its generic deep copy: the metadata and sections are JSON values.
+        data = {f.name: _json_copy(getattr(self, f.name)) for f in fields(self) if f.name != "body"}
         data["updated_at"] = self.updated_at.isoformat() if self.updated_at else None
         data["location"] = self.location
         data["link"] = self.link
         return data
+
+
+def _json_copy(value: Any) -> Any:
+    """``value`` with its dicts, lists and tuples copied (recursively), leaves as they are."""
+    if isinstance(value, dict):
+        return {_json_copy(k): _json_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_copy(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_json_copy(v) for v in value)
+    return value
 
 
 CONTIGUOUS_KINDS = {"code_chunk", "code_file", "doc_page"}  # shown from their start (code reads in order)

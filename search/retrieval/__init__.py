@@ -29,6 +29,7 @@ from search.retrieval.hits import (
     SearchResult,
     hit_from_row,
     load_hits,
+    load_texts,
     portal_link,
     safe_link,
     scope_where_sql,
@@ -100,6 +101,7 @@ __all__ = [
     "linked_name_weights",
     "linked_symbol_ranking",
     "load_hits",
+    "load_texts",
     "merge_and_cap",
     "portal_link",
     "query_identifiers",
@@ -247,43 +249,54 @@ def hybrid_search(
             timings["intents"] = (time.perf_counter() - t0) * 1000
         t0 = time.perf_counter()
         scores, ranks = rrf_fuse(rankings)
-        hits_by_id = load_hits(scores)
-        timings["load"] = (time.perf_counter() - t0) * 1000
         code_kinds = intents.get("code")
-        if code_kinds and "symbol" in rankers and terms is not None and not query_identifiers(query):
+        follow_links = bool(code_kinds and "symbol" in rankers and terms is not None and not query_identifiers(query))
+        # Every candidate's whole text only when something reads them all (the rare exact
+        # tokens looked for in each hit, the code names in the prose hits' text); otherwise
+        # only the hits that can be shown get theirs, below.
+        all_texts = bool(exact) or follow_links
+        hits_by_id = load_hits(scores, texts=all_texts)
+        timings["load"] = (time.perf_counter() - t0) * 1000
+        if follow_links and terms is not None:
             # The docs name, in backticks, the code that does what the question describes in
             # the docs' own words: follow the best prose hits' names to their definitions.
             t0 = time.perf_counter()
             fused = sorted(hits_by_id.values(), key=lambda h: (-scores[h.document_id], h.document_id))
-            linked = linked_symbol_ranking(fused, scope, kinds=code_kinds, terms=terms)
+            linked = linked_symbol_ranking(fused, scope, kinds=code_kinds or (), terms=terms)
             if linked:
                 rankings["linked:code"] = linked
                 scores, ranks = rrf_fuse(rankings)
                 hits_by_id.update(load_hits([i for i in linked if i not in hits_by_id]))
             timings["linked"] = (time.perf_counter() - t0) * 1000
-    if "recency" in rankers:
-        for doc_id, rank in recency_ranks(hits_by_id.values()).items():
-            scores[doc_id] += RECENCY_WEIGHT / (RRF_K + rank)
-            ranks[doc_id]["recency"] = rank
-    hits = []
-    for doc_id, score in scores.items():
-        hit = hits_by_id.get(doc_id)
-        if hit is None:
-            continue
-        hit.score = score
-        hit.ranks = ranks[doc_id]
-        hit.similarity = similarities.get(doc_id)
-        hits.append(hit)
-    hits.sort(key=lambda h: (-h.score, h.document_id))
-    hits = promote_exact(merge_and_cap(hits, per_group=per_group, fold_parts=fold_parts), exact)
+        if "recency" in rankers:
+            for doc_id, rank in recency_ranks(hits_by_id.values()).items():
+                scores[doc_id] += RECENCY_WEIGHT / (RRF_K + rank)
+                ranks[doc_id]["recency"] = rank
+        hits = []
+        for doc_id, score in scores.items():
+            hit = hits_by_id.get(doc_id)
+            if hit is None:
+                continue
+            hit.score = score
+            hit.ranks = ranks[doc_id]
+            hit.similarity = similarities.get(doc_id)
+            hits.append(hit)
+        hits.sort(key=lambda h: (-h.score, h.document_id))
+        hits = promote_exact(merge_and_cap(hits, per_group=per_group, fold_parts=fold_parts), exact)
+        from search.rerank import RERANK_CANDIDATES
+
+        # What the collapse and rerank below read (with ``rerank``), else what is returned.
+        shown = 2 * max(RERANK_CANDIDATES, limit) if rerank else limit
+        if not all_texts:
+            load_texts(hits[:shown])
     reranked_by = ""
     if rerank:
-        from search.rerank import RERANK_CANDIDATES, collapse_near_duplicates
+        from search.rerank import collapse_near_duplicates
         from search.rerank import rerank as rerank_hits
 
         t0 = time.perf_counter()
         # Enough hits that 20 distinct ones remain after the collapse, in all but odd cases.
-        pool = collapse_near_duplicates(hits[: 2 * max(RERANK_CANDIDATES, limit)])
+        pool = collapse_near_duplicates(hits[:shown])
         hits, reranked_by = rerank_hits(query, pool, limit=limit)
         hits = promote_exact(hits, exact)  # a reranker's order never puts a near-miss above an exact match
         timings["rerank"] = (time.perf_counter() - t0) * 1000

@@ -139,8 +139,15 @@ def lexical_ranking(
             SELECT CASE WHEN numnode(neg) > 0 AND numnode(pos) > 0 THEN pos && !!neg ELSE pos END AS query
             FROM parts
         )
-        SELECT d.id FROM sources_document d, q
-        WHERE numnode(q.query) > 0 AND d.search_vector @@ q.query AND {where} {candidates}
+        SELECT d.id FROM (
+            -- Each matching row's vector is read out of its TOAST storage here, once: ranked
+            -- on the stored column, it was decompressed again for every ts_rank term and
+            -- length() (concatenating the empty vector copies it; OFFSET 0 keeps the copy).
+            SELECT d.id, d.search_vector || ''::tsvector AS search_vector
+            FROM sources_document d, q
+            WHERE numnode(q.query) > 0 AND d.search_vector @@ q.query AND {where} {candidates}
+            OFFSET 0
+        ) d, q
         ORDER BY {_lexical_order(scoring, kept, terms, params)} DESC, d.id
         LIMIT %(limit)s
     """
@@ -401,8 +408,10 @@ def dense_ranking(
         where += LEAVES_ONLY_SQL
     params.update(vec="[" + ",".join(f"{x:.7f}" for x in query_vector) + "]", limit=limit)
     with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL hnsw.ef_search = 100")
-        cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        # SET LOCAL of both, in one round trip
+        cursor.execute(
+            "SELECT set_config('hnsw.ef_search', '100', true), set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+        )
         cursor.execute(
             f"""
             SELECT d.id, 1 - (d.embedding <=> %(vec)s::vector) AS similarity

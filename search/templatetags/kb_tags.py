@@ -6,7 +6,7 @@ from typing import Any
 
 from django import template
 
-from projects.selectors import user_is_tenant_admin, user_tenant_id
+from projects.selectors import user_is_admin_of_own_tenant
 
 register = template.Library()
 
@@ -16,8 +16,7 @@ def is_tenant_admin(user: Any) -> bool:
     """True when ``user`` is an owner or admin of the tenant they work in (Audit and Analytics links)."""
     if not getattr(user, "is_authenticated", False):
         return False
-    tenant_id = user_tenant_id(user)
-    return tenant_id is not None and user_is_tenant_admin(user, tenant_id)
+    return user_is_admin_of_own_tenant(user)
 
 
 @register.filter
