@@ -585,20 +585,27 @@ def names_someone(text: str, question: str, focus: str = "") -> bool:
     return False
 
 
-_FORM_NOUNS = _DOCUMENT_NOUNS | frozenset(
-    "function functions class classes method methods module modules file files decorator decorators".split()
+# Nouns naming the kind of thing an answer is, that a source never calls itself: a code object, a
+# document. Not the document nouns that are as often verbs after "what" ("What *changes* the
+# status", "What *issues* refunds", "What *fixes* ..."), nor "request" unless a pull request.
+_FORM_NOUNS = frozenset(
+    """function functions class classes method methods module modules file files decorator decorators pr prs commit
+    commits ticket tickets doc docs document documents thread threads postmortem postmortems writeup writeups""".split()
 )
 
 
 def answer_form_words(question: str) -> list[str]:
     """The words right after "which" or "what" (at most two) that name the kind of thing the
-    answer is, a document or a code object ("Which *function* builds ...", "What *pull request*
+    answer is, a code object or a document ("Which *function* builds ...", "What *pull request*
     added ..."): the answer is that thing, which does not call itself so (a definition never
     writes "function", a commit not "pull request"). Lower-cased, in order."""
     match = re.search(r"\b(?:which|what)\s+((?:[\w-]+\s+){0,1}[\w-]+)", question, re.I)
     if match is None:
         return []
-    return [w.lower() for w in match.group(1).split() if w.lower() in _FORM_NOUNS]
+    words = [w.lower() for w in match.group(1).split()]
+    if words[:1] == ["pull"] and words[1:2] in (["request"], ["requests"]):
+        return words
+    return [w for w in words if w in _FORM_NOUNS]
 
 
 def asks_for_document(question: str) -> bool:

@@ -5,8 +5,8 @@ question and the evidence, and either passes or returns what it found, which cha
 in the way its ``action`` says. The extractive answer quotes the evidence, so the checks that
 look for what a language model may invent apply to LLM drafts only (``llm_only``).
 
-- ``declines_answered``: an LLM answer saying the sources do not answer when the gate found
-  they do (its evidence model and, with an LLM, its own sufficiency judgement).
+- ``declines_answered``: an LLM answer citing nothing and saying the sources do not answer,
+  when the gate found they do (its evidence model and the LLM's sufficiency judgement both).
 - ``uncited``: an LLM answer citing no evidence that does not say the sources lack the answer;
   each sentence a block supports gets its ``[n]``; when none is, the draft cannot stand.
 - ``unsupported_names``: code, field or ``#channel`` names no evidence block (nor the question)
@@ -101,14 +101,20 @@ class AnswerCheck:
 
 
 def check_declines_answered(c: CheckInput) -> Finding | None:
-    """An LLM draft whose text says the sources do not (fully) answer (``gate.text_declines``)
-    under an ``answered`` verdict. The gate is where answerability is decided (with an LLM, by
-    its evidence model and the LLM's own yes/no sufficiency judgement together); the draft is
-    asked to write, and a small model writing from long evidence often hedges. Measured with the
-    local 1.5B model over the test sets of stop 34: such drafts were wrong for 5 answerable
-    questions and right for 1 unanswerable one. So the draft gives way to the extractive answer
-    (``grounded_fallback``); when that answer cannot stand either, the draft's decline stays."""
-    if c.synthesizer != "llm" or not c.verdict.answered or not text_declines(c.text):
+    """An LLM draft that only declines, citing no evidence and saying the sources do not answer
+    (``gate.text_declines``), where the gate found they do: its evidence model and the LLM's own
+    yes/no sufficiency judgement both said so (``Verdict.decided_by`` "evidence and llm"). The
+    gate is where answerability is decided; the draft is asked to write, and a small model
+    writing from long evidence often hedges. Measured with the local 1.5B model over the test sets
+    of stop 34: such drafts were wrong for 5 answerable questions and right for 1 unanswerable
+    one. So the draft gives way to the extractive answer (``grounded_fallback``); when that answer
+    cannot stand either, the draft's decline stays. A draft citing evidence keeps its words (a
+    negative fact, "the deploy does not include a manual approval [1]", or an answer with a
+    caveat, counts as declined as written), and so does one where the rule alone decided (the
+    judgement failed, or no LLM judged)."""
+    if c.synthesizer != "llm" or c.cited or not c.verdict.answered or "llm" not in c.verdict.decided_by:
+        return None
+    if not text_declines(c.text):
         return None
     logger.info("LLM answer declined under an answered verdict: %.200s", c.text)
     return Finding(error="the language model's answer said the sources do not answer, though the gate found they do")
@@ -339,7 +345,8 @@ def check_ungrounded_values(c: CheckInput) -> Finding | None:
 CHECKS: tuple[AnswerCheck, ...] = (
     AnswerCheck(
         "declines_answered",
-        "an LLM answer saying the sources do not answer when the gate found they do",
+        "an LLM answer citing nothing and saying the sources do not answer, when the gate and the LLM's "
+        "sufficiency judgement found they do",
         "the extractive answer (under the answered verdict), else the draft's decline stands; declined",
         check_declines_answered,
     ),

@@ -158,13 +158,18 @@ def test_a_quoted_evidence_line_is_not_the_answer_declining():
 
 @pytest.mark.django_db
 def test_an_llm_draft_declining_what_the_gate_found_answered_gives_way_to_the_sources():
-    """The gate decides whether the sources answer; a model's draft that says they do not, under
-    an answered verdict, is replaced by the extractive answer quoting them (check
-    ``declines_answered``), which counts as answered. Under a partial verdict, or when no
-    extractive answer can stand, the draft's decline stays."""
+    """The gate decides whether the sources answer; a model's draft that only declines (citing
+    nothing) where the evidence model and the LLM's sufficiency judgement both found the sources
+    answer is replaced by the extractive answer quoting them (check ``declines_answered``), which
+    counts as answered. Under a partial verdict, where the rule alone decided (the judgement
+    failed), or when the draft cites evidence (a negative fact, a caveat), the draft stands as
+    written and counts as declined."""
+    from dataclasses import replace
+
     from search.pipeline.checks import check_answer
     from search.pipeline.drafts import Draft
     from search.pipeline.evidence import Evidence
+    from search.pipeline.gate import Verdict
     from tests.search.conftest import scored_verdict
 
     evidence = [
@@ -182,7 +187,7 @@ def test_an_llm_draft_declining_what_the_gate_found_answered_gives_way_to_the_so
         )
     ]
     question = "When does the tenant service restart?"
-    verdict = scored_verdict(question, evidence)
+    verdict = replace(scored_verdict(question, evidence), decided_by="evidence and llm")
     assert verdict.answered
     hedged = Draft("The sources do not specify when the tenant service restarts.", [], "llm", answers=True)
     answer = check_answer(question, evidence, verdict, hedged)
@@ -190,8 +195,14 @@ def test_an_llm_draft_declining_what_the_gate_found_answered_gives_way_to_the_so
     assert "two in the morning" in answer.text and "do not specify" not in answer.text
     assert answer.checks == ["declines_answered"] and "quotes the sources instead" in answer.error
 
-    # The same draft under a verdict the gate did not call answered declines as written.
-    from search.pipeline.gate import Verdict
+    ruled = replace(verdict, decided_by="evidence")  # the LLM's judgement failed: the rule alone said yes
+    partial = Verdict(status="partial", missing_focus="window")
+    for kept_under in (ruled, partial):
+        kept = check_answer(question, evidence, kept_under, hedged)
+        assert not kept.answered and "do not specify" in kept.text and kept.synthesizer == "llm"
+        assert "declines_answered" not in kept.checks
 
-    kept = check_answer(question, evidence, Verdict(status="partial", missing_focus="window"), hedged)
-    assert not kept.answered and "do not specify" in kept.text and kept.synthesizer == "llm"
+    caveat = Draft("It restarts nightly [1]. The sources do not mention a restart window.", [1], "llm", answers=True)
+    kept = check_answer(question, evidence, verdict, caveat)
+    assert kept.synthesizer == "llm" and "restart window" in kept.text and not kept.answered
+    assert "declines_answered" not in kept.checks

@@ -995,6 +995,8 @@ def test_function_words_and_contraction_tails_are_no_question_terms():
         ("Which pull request added route path parameters?", {"pull", "request"}),
         ("What class parses route path parameters?", {"class"}),
         ("What does the route path parameter function return?", set()),  # no kind named after "what"
+        ("What changes the route path parameters?", set()),  # a verb, not the document noun
+        ("Which requests carry route path parameters?", set()),  # requests, not a pull request
     ],
 )
 @pytest.mark.django_db
@@ -1010,6 +1012,8 @@ def test_the_kind_of_thing_asked_for_is_no_term_the_evidence_must_hold(question,
     kind, topic = lexeme_sets([" ".join(dropped), "route path paramet"])
     assert not kind & set(scored.weights) and topic <= set(scored.weights)
     assert ("function" in scored.weights) == ("function" in question and not dropped)
+    kept = {"changes": "chang", "requests": "request"}
+    assert all(lexeme in scored.weights for word, lexeme in kept.items() if word in question.split())
 
 
 @pytest.mark.parametrize(

@@ -198,13 +198,15 @@ def test_an_llm_answer_citing_no_evidence_is_replaced_by_the_sources_own_words_o
     own sentence, cited) replaces it; when the evidence answers only in part, the answer declines
     and points at the closest sources. A draft that itself says the sources lack the answer is
     kept as written under a partial verdict, and replaced by the sources' words under an answered
-    one (the gate decides; check ``declines_answered``)."""
+    one (the gate and the LLM's judgement decide; check ``declines_answered``)."""
     from search.pipeline.checks import UNCITED_NOTE
-    from search.pipeline.gate import text_declines
+    from search.pipeline.gate import JUDGE_PROMPT, text_declines
 
     drafts = {"answer": ["The field is ", "`build_sequence`", "; increment it by one."]}
 
     def responder(body):
+        if body["messages"][0]["content"] == JUDGE_PROMPT:
+            return json.dumps({"answer": "yes"})  # the sufficiency judgement agrees with the gate
         if body.get("response_format"):
             return PLAN
         return drafts["answer"]
