@@ -331,13 +331,18 @@ _FORMAT_CHARACTERS = re.compile(r"[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064
 _WORD_SHAPE = re.compile(r"[^\W\d_][\w'’-]{1,39}")  # a word: a letter first, 2 to 40 characters
 
 
+# Adverbs that follow a verb, not a noun's modifier: "What *changed* recently ...".
+_VERB_ADVERBS = _ADVERBS | frozenset("yesterday today tonight lately overnight since".split())
+
+
 def _is_verb(word: str, after: str) -> bool:
     """Whether ``word``, after "what" (and its auxiliaries), is a verb: a form of "happen", a
-    common irregular past, or a regular past before a preposition, a comma or the question's end
-    ("What *changed* in ...", not "What *embedded* database ...")."""
+    common irregular past, or a regular past before a preposition, an adverb (``_VERB_ADVERBS``),
+    a comma or the question's end ("What *changed* in ...", "What *changed* recently ...", not
+    "What *embedded* database ...")."""
     if word in _HAPPEN or word in _IRREGULAR_PAST:
         return True
-    return bool(_REGULAR_PAST.fullmatch(word)) and (after in _FOCUS_ENDS or after == ",")
+    return bool(_REGULAR_PAST.fullmatch(word)) and (after in _FOCUS_ENDS or after in _VERB_ADVERBS or after == ",")
 
 
 def question_focus(question: str) -> str | None:

@@ -279,19 +279,48 @@ def _following_code(p: Passage, scored_passages: Sequence[Passage]) -> list[Pass
     return run
 
 
+def _code_sections(ev: Evidence) -> list[tuple[str, str, list[str]]]:
+    """The parts of code block ``ev``, each as ``(symbol, location, lines)``: its own row's,
+    then each section merged into it (``evidence._merge_section`` writes one after a line
+    ``### <location>``; a comment line that names no merged section stays code)."""
+    headers = {f"### {s.get('location')}": s for s in ev.sections if s.get("location")}
+    own = ev.metadata.get("symbol")
+    parts: list[tuple[str, str, list[str]]] = [(str(own) if own else "", ev.location, [])]
+    for line in ev.text.splitlines():
+        section = headers.get(line.strip())
+        if section is not None:
+            title = str(section.get("title") or "")
+            parts.append((title.split(": ", 1)[1] if ": " in title else "", str(section["location"]), []))
+        else:
+            parts[-1][2].append(line.rstrip())
+    return parts
+
+
 def _code_answer(ev: Evidence, passages: Sequence[Passage]) -> str:
     """A code block's answer: where it is, its signature, and the lines that matter (the chosen
-    passages of the block, in order, once)."""
-    symbol = ev.metadata.get("symbol")
-    where = code_span(ev.location) if ev.location else markdown_text(ev.title)
-    name = f"{code_span(str(symbol))} in {where}" if symbol and not str(symbol).endswith(">") else where
-    lines = [line.rstrip() for line in ev.text.splitlines()]
+    passages of the block, in order, once). A block holding several chunks of one file
+    (:func:`_code_sections`) is quoted from the chunk the first chosen passage is in, named by
+    that chunk's symbol and location: lines of another chunk are not shown under its name."""
+    headers = {f"### {s.get('location')}" for s in ev.sections if s.get("location")}
+    runs = [
+        [line.rstrip() for line in p.text.splitlines() if line.strip() and line.strip() not in headers]
+        for p in sorted(passages, key=lambda q: q.order)
+    ]
+    runs = [run for run in runs if run]
+    parts = _code_sections(ev)
+    holding = next((part for part in parts if runs and runs[0][0] in part[2]), None)
+    symbol, location, lines = holding or parts[0]
+    if holding is not None and len(parts) > 1:  # only the lines of the chunk it is named by
+        held = set(lines)
+        runs = [kept for kept in ([line for line in run if line in held] for run in runs) if kept]
+    where = code_span(location) if location else markdown_text(ev.title)
+    name = f"{code_span(symbol)} in {where}" if symbol and not symbol.endswith(">") else where
     signature = next((line for line in lines if _SIGNATURE.match(line)), "")
     shown: list[str] = []
-    for p in sorted(passages, key=lambda q: q.order):
+    for run in runs:
         if shown:
             shown.append("    ...")
-        shown.extend(p.text.splitlines())
+        shown.extend(run)
     if signature and signature not in shown:
         shown = [signature, "    ..." if shown else "", *shown]
     body = "\n".join(line for line in shown[:CODE_LINES_SHOWN] if line)

@@ -285,6 +285,49 @@ def test_extractive_answer_names_people_by_their_credit_line_and_code_by_its_sig
 
 
 @pytest.mark.django_db
+def test_a_code_answer_from_a_merged_file_block_names_the_chunk_its_lines_come_from():
+    """Two chunks of one file share one number (``number_evidence``), the second after a line
+    naming its location. A code answer quoting the second chunk's lines is named by that chunk's
+    symbol and location and shows neither the merge line nor the first chunk's lines."""
+    from search.pipeline.evidence import Evidence, number_evidence
+    from search.pipeline.extractive import extractive_answer
+
+    def chunk(document_id, symbol, start, body, rank):
+        return Evidence(
+            n=0,
+            document_id=document_id,
+            kind="code_chunk",
+            title=f"billing/fusion.py: {symbol}",
+            url="",
+            score=1.0,
+            tool="search",
+            text=body,
+            path="billing/fusion.py",
+            start_line=start,
+            end_line=start + body.count("\n") - 1,
+            metadata={"symbol": symbol, "language": "python"},
+            lexical_rank=rank,
+        )
+
+    recency = chunk(1, "recency_ranks", 35, "def recency_ranks(rows):\n    return sorted(rows, key=age)\n", 1)
+    fuse = chunk(
+        2,
+        "reciprocal_rank_fuse",
+        15,
+        "def reciprocal_rank_fuse(lists, k=60):\n    # reciprocal rank fusion of ranked lists\n"
+        "    return sum(1.0 / (k + rank) for rank in lists)\n",
+        2,
+    )
+    (block,) = number_evidence([[recency, fuse]])
+    assert "### billing/fusion.py:15-17" in block.text  # how the second chunk joined the block
+    question = "Where is reciprocal rank fusion of ranked lists computed?"
+    text = extractive_answer(question, [block], verdict=scored_verdict(question, [block])).text
+    assert text.startswith("`reciprocal_rank_fuse` in `billing/fusion.py:15-17` [1]:"), text
+    assert "def reciprocal_rank_fuse(lists, k=60):" in text
+    assert "###" not in text and "recency_ranks" not in text and "sorted(rows" not in text
+
+
+@pytest.mark.django_db
 def test_extractive_answer_shows_the_code_a_sentence_introduces_and_skips_fragments_and_tables():
     from search.pipeline.evidence import Evidence
     from search.pipeline.extractive import extractive_answer
