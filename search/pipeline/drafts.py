@@ -41,13 +41,27 @@ class Draft:
 # -- the answer the gate does not allow -------------------------------------------------------
 
 
+CLOSEST_TITLE_CHARS = 200  # of a closest source's title (a commit's subject line can run long)
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters at a word boundary, "…" marking the cut
+    (unchanged when it fits); a single word longer than ``limit`` is cut inside it."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    if " " in cut:
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip(" ,;:.-") + "…"
+
+
 def closest_lines(evidence: Sequence[Evidence]) -> list[str]:
     """``- title (location)`` for the first ``CLOSEST_SOURCES`` relevant blocks (else any): the
     closest sources, named without a citation because they do not support an answer."""
     picked = [ev for ev in evidence if ev.is_relevant][:CLOSEST_SOURCES] or list(evidence[:CLOSEST_SOURCES])
     lines = []
     for ev in picked:
-        title = markdown_text(" ".join(neutralize_citations(ev.title).split())[:200])
+        title = markdown_text(shortened(" ".join(neutralize_citations(ev.title).split()), CLOSEST_TITLE_CHARS))
         where = ev.location if ev.location and ev.location not in ev.title else ""
         lines.append(f"- {title}" + (f" ({code_span(where)})" if where else ""))
     return lines

@@ -434,3 +434,19 @@ def test_manage_ask_prints_the_answer_without_markdown_escapes(kb, capsys):
     )
     out = capsys.readouterr().out
     assert "Closest, not answering" in out and "compute_backoff" in out and "compute\\_backoff" not in out, out
+
+
+def test_a_closest_source_with_a_long_title_is_cut_at_a_word_with_an_ellipsis():
+    """A decline names its closest sources by title; a commit's long subject line is cut at a word
+    boundary, marked "…", never mid-word."""
+    from search.pipeline.drafts import CLOSEST_TITLE_CHARS, closest_lines, shortened
+    from search.pipeline.evidence import Evidence
+
+    subject = "Replay the answer gate over every evaluation set " * 8
+    commit = Evidence(n=1, document_id=1, kind="commit", title=subject, url="", text="x", score=1.0, tool="search")
+    (line,) = closest_lines([commit])
+    title = line.removeprefix("- ")
+    assert title.endswith("…") and len(title) <= CLOSEST_TITLE_CHARS
+    assert subject.startswith(title[:-1]) and subject[len(title) - 1] == " "  # cut before a space
+    assert shortened("short title", 200) == "short title"
+    assert shortened("x" * 300, 10) == "x" * 9 + "…"
