@@ -213,7 +213,8 @@
     turns.append(card);
   }
 
-  function start(params) {
+  // The live card cleared for a new question (the finished one moved up into the history).
+  function reset(params) {
     if (source) source.close();
     moveFinishedTurn();
     for (const li of document.querySelectorAll("ol.sources > li.highlight")) li.classList.remove("highlight");
@@ -229,6 +230,12 @@
     $("live-sources-card").hidden = true;
     const status = $("live-status");
     status.className = "muted";
+    status.textContent = "";
+  }
+
+  function start(params) {
+    reset(params);
+    const status = $("live-status");
     status.textContent = "Planning…";
     const answer = $("live-answer");
     let evidence = [];
@@ -309,8 +316,7 @@
     const refusal = tooLong(params.get("q") || "");
     if (refusal) {
       event.preventDefault();
-      live.hidden = false;
-      $("static-result").hidden = true;
+      reset(params); // shown under the refused question, not under the previous answer
       $("live-status").className = "error";
       $("live-status").textContent = refusal;
       return;
