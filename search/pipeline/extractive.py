@@ -332,9 +332,13 @@ PEOPLE_NAMED = 3
 
 
 def _person_line(ev: Evidence) -> str:
-    """A who-knows block as its person and credit line (not one of the documents it lists)."""
+    """A who-knows block as its person and credit line (not one of the documents it lists); a
+    credit line that opens with the person's name ("Ana Ruiz is credited ...") is not prefixed
+    with it again."""
     first = ev.text.split("\n", 1)[0].strip()
-    return markdown_text(neutralize_citations(f"{' '.join(ev.title.split())}: {first}".rstrip(".")))
+    name = " ".join(ev.title.split())
+    line = first if name and first.startswith(name) else f"{name}: {first}"
+    return markdown_text(neutralize_citations(line.rstrip(".")))
 
 
 def _sentence(p: Passage) -> str:

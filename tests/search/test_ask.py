@@ -243,8 +243,8 @@ def test_extractive_answer_drops_inline_html_tags_but_keeps_their_text():
 
 @pytest.mark.django_db
 def test_extractive_answer_names_people_by_their_credit_line_and_code_by_its_signature():
-    """A who-knows block is its person and credit line, not one of its listed documents; a code
-    block is quoted with its location and signature."""
+    """A who-knows block is its person and credit line (the name once), not one of its listed
+    documents; a code block is quoted with its location and signature."""
     from search.pipeline.evidence import Evidence
     from search.pipeline.extractive import extractive_answer
 
@@ -277,7 +277,7 @@ def test_extractive_answer_names_people_by_their_credit_line_and_code_by_its_sig
     )
     question = "who knows the slack export connector"
     text = extractive_answer(question, [person], verdict=scored_verdict(question, [person])).text
-    assert text == "- Ana Ruiz: Ana Ruiz is credited 3.21 points for this question by 4 documents [1]"
+    assert text == "- Ana Ruiz is credited 3.21 points for this question by 4 documents [1]"
     question = "How is the webhook backoff computed?"
     text = extractive_answer(question, [code], verdict=scored_verdict(question, [code])).text
     assert text.startswith("`compute_backoff` in `billing/retry.py:10-13` [2]:\n```python\ndef compute_backoff(attempt")
