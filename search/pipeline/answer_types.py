@@ -599,15 +599,18 @@ _FORM_NOUNS = frozenset(
 )
 
 
+def _after_which_or_what(question: str) -> list[str]:
+    """The (at most two) words after the first "which" or "what" of ``question``, lower-cased."""
+    match = re.search(r"\b(?:which|what)\s+((?:[\w-]+\s+){0,1}[\w-]+)", question, re.I)
+    return [w.lower() for w in match.group(1).split()] if match else []
+
+
 def answer_form_words(question: str) -> list[str]:
     """The words right after "which" or "what" (at most two) that name the kind of thing the
     answer is, a code object or a document ("Which *function* builds ...", "What *pull request*
     added ..."): the answer is that thing, which does not call itself so (a definition never
     writes "function", a commit not "pull request"). Lower-cased, in order."""
-    match = re.search(r"\b(?:which|what)\s+((?:[\w-]+\s+){0,1}[\w-]+)", question, re.I)
-    if match is None:
-        return []
-    words = [w.lower() for w in match.group(1).split()]
+    words = _after_which_or_what(question)
     if words[:1] == ["pull"] and words[1:2] in (["request"], ["requests"]):
         return words
     return [w for w in words if w in _FORM_NOUNS]
@@ -617,10 +620,7 @@ def asks_for_document(question: str) -> bool:
     """Whether ``question`` asks which document did something ("Which pull request added ...",
     "What recent change fixed ..."): a document noun (``_DOCUMENT_NOUNS``) in the two words after
     "which" or "what"."""
-    match = re.search(r"\b(?:which|what)\s+((?:[\w-]+\s+){0,1}[\w-]+)", question, re.I)
-    if match is None:
-        return False
-    return any(w.lower() in _DOCUMENT_NOUNS for w in match.group(1).split())
+    return any(w in _DOCUMENT_NOUNS for w in _after_which_or_what(question))
 
 
 def missing_focus_note(word: str, *, partial: bool = True) -> str:

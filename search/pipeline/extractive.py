@@ -279,11 +279,17 @@ def _following_code(p: Passage, scored_passages: Sequence[Passage]) -> list[Pass
     return run
 
 
+def _merge_headers(ev: Evidence) -> dict[str, dict]:
+    """``{"### <location>": section}``: the line ``evidence._merge_section`` writes before each
+    section merged into block ``ev``."""
+    return {f"### {s.get('location')}": s for s in ev.sections if s.get("location")}
+
+
 def _code_sections(ev: Evidence) -> list[tuple[str, str, list[str]]]:
     """The parts of code block ``ev``, each as ``(symbol, location, lines)``: its own row's,
     then each section merged into it (``evidence._merge_section`` writes one after a line
     ``### <location>``; a comment line that names no merged section stays code)."""
-    headers = {f"### {s.get('location')}": s for s in ev.sections if s.get("location")}
+    headers = _merge_headers(ev)
     own = ev.metadata.get("symbol")
     parts: list[tuple[str, str, list[str]]] = [(str(own) if own else "", ev.location, [])]
     for line in ev.text.splitlines():
@@ -301,7 +307,7 @@ def _code_answer(ev: Evidence, passages: Sequence[Passage]) -> str:
     passages of the block, in order, once). A block holding several chunks of one file
     (:func:`_code_sections`) is quoted from the chunk the first chosen passage is in, named by
     that chunk's symbol and location: lines of another chunk are not shown under its name."""
-    headers = {f"### {s.get('location')}" for s in ev.sections if s.get("location")}
+    headers = _merge_headers(ev)
     runs = [
         [line.rstrip() for line in p.text.splitlines() if line.strip() and line.strip() not in headers]
         for p in sorted(passages, key=lambda q: q.order)
