@@ -359,7 +359,10 @@ def question_focus(question: str) -> str | None:
     caused the outage?", "What happened to ...", "What went wrong"); or when its head cannot be a
     focus looked for in text (``_NOT_FOCUS``: "What *time* ...", "Which Slack *channel* ...",
     "Which *pull request* ...", "Which *function* ...": the answer is a value, a document or a code
-    object, described in other words)."""
+    object, described in other words); nor for a question asking who knows a topic
+    (``EXPERTISE_WITHOUT_FOCUS``: "Who *knows* ...", "Who can I *ask* about ...")."""
+    if EXPERTISE_WITHOUT_FOCUS.search(question):
+        return None  # "Who *knows* ...", "Who can I *ask* ...": the answer is the people behind the documents
     text = QUOTED.sub(" , ", _FORMAT_CHARACTERS.sub("", question))  # a quoted span ends the phrase
     match = _FOCUS_WH.search(text)
     if match is None:
@@ -628,3 +631,44 @@ def missing_focus_note(word: str, *, partial: bool = True) -> str:
     focus (``partial``), or follows a decline."""
     said = f"The sources found do not mention “{word}”, which the question asks about"
     return said + (", so they answer this only in part." if partial else ".")
+
+
+# "Who knows Y": a question for the people who know a topic, answered by the people the
+# ``who_knows`` tool credits for the documents about it (their authors, reviewers, repliers), not
+# by a sentence stating it. ``EXPERTISE`` routes such a question to that tool (the rule planner);
+# ``EXPERTISE_WITHOUT_FOCUS`` is the part whose verb or noun no source writes of a person ("knows",
+# "worked on", "can I ask", "is the expert"). Asking for an owner, a maintainer or someone
+# responsible is routed too, but keeps its focus: an owner is stated ("Owner: Dana"), not inferred
+# from who wrote the documents.
+_ASKING_VERBS = r"(?:ask|talk\s+to|speak\s+(?:to|with)|contact|reach\s+out\s+to|ping|go\s+to|turn\s+to)"
+EXPERTISE_WITHOUT_FOCUS = re.compile(
+    r"\bwho(?:\s+else)?\s+(?:"
+    r"knows|knew|(?:has|have|had)\s+worked\s+on|worked\s+on|works\s+on|(?:is|are|was|were)\s+working\s+on|"
+    r"wrote|(?:has|have)\s+written|built|implemented|designed|contributed\s+to|(?:has|have)\s+contributed\s+to|"
+    r"(?:is|are)\s+(?:most\s+)?(?:familiar|experienced)\s+with|(?:has|have)\s+(?:experience|context|knowledge)\s+(?:with|of|on|about|in)|"
+    r"(?:is|are)\s+(?:the\s+|our\s+|an?\s+)?(?:experts?|go-to(?:\s+person)?|point\s+of\s+contact|contacts?|specialists?)|"
+    rf"(?:can|could|should|shall|do|would|might)\s+(?:I|we)\s+{_ASKING_VERBS}|"
+    rf"to\s+{_ASKING_VERBS})\b"
+    r"|\b(?:experts?|specialists?)\s+(?:on|in|for)\b",
+    re.I,
+)
+EXPERTISE = re.compile(
+    EXPERTISE_WITHOUT_FOCUS.pattern
+    + r"|\bwho\s+(?:owns|owned|maintains|maintained|(?:is|are|was|were)\s+responsible\s+for|"
+    r"(?:is|are)\s+(?:the\s+|our\s+)?(?:owners?|maintainers?))\b",
+    re.I,
+)
+
+
+def asks_for_expertise(question: str) -> bool:
+    """Whether ``question`` asks who knows, owns or works on something (``EXPERTISE``)."""
+    return EXPERTISE.search(question) is not None
+
+
+def expertise_words(question: str) -> list[str]:
+    """The words of the phrase asking for the people who know a topic
+    (``EXPERTISE_WITHOUT_FOCUS``: "Who *can I ask about* ...", "Who *knows* ..."), lower-cased: no
+    source writes them of the topic, so they are no term the evidence must hold. Empty for any
+    other question."""
+    match = EXPERTISE_WITHOUT_FOCUS.search(question)
+    return [w.lower() for w in re.findall(r"[\w-]+", match.group(0))] if match else []

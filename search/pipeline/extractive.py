@@ -16,6 +16,7 @@ from search.pipeline.drafts import (
     gate_notes,
     markdown_quote,
     markdown_text,
+    shortened,
 )
 from search.pipeline.evidence import RELEVANT_SIMILARITY, Evidence
 from search.pipeline.gate import EMPTY_SCOPE, Verdict, named_terms
@@ -337,14 +338,52 @@ def _code_answer(ev: Evidence, passages: Sequence[Passage]) -> str:
 PEOPLE_NAMED = 3
 
 
+PERSON_DOCUMENTS_NAMED = 2  # of a person's credited documents, the first ones the answer line names
+PERSON_TITLE_CHARS = 80
+# What a role in a row says a person did with it (``search.tools.people``'s roles).
+_ROLE_VERBS = {
+    "author": "wrote",
+    "reporter": "reported",
+    "assignee": "was assigned",
+    "creator": "created",
+    "owner": "owns",
+    "participant": "took part in",
+    "reviewer": "reviewed",
+    "collaborator": "collaborated on",
+    "commenter": "commented on",
+}
+_KIND_WORDS = {"commit": "commit", "pr": "pull request", "doc_section": "page", "doc_page": "page"}
+
+
+def _credit_phrase(document: dict) -> str:
+    """What one credited document says the person did: "authored commit “Fix …”", "committed
+    changes to `fastapi/routing.py`" (the author of commits to a file found), "took part in thread
+    “…”"."""
+    role = str(document.get("role") or "")
+    kind = str(document.get("kind") or "")
+    title = shortened(" ".join(str(document.get("title") or "").split()), PERSON_TITLE_CHARS)
+    if role == "file author":
+        path = str(document.get("location") or title).split(":", 1)[0]
+        return f"committed changes to {code_span(path)}"
+    verb = "authored" if role == "author" and kind in ("commit", "pr") else _ROLE_VERBS.get(role, "is named in")
+    noun = _KIND_WORDS.get(kind, kind.replace("_", " ") or "document")
+    return f"{verb} {noun} “{markdown_text(neutralize_citations(title))}”"
+
+
 def _person_line(ev: Evidence) -> str:
-    """A who-knows block as its person and credit line (not one of the documents it lists); a
-    credit line that opens with the person's name ("Ana Ruiz is credited ...") is not prefixed
-    with it again."""
-    first = ev.text.split("\n", 1)[0].strip()
+    """A who-knows block as its person and what they did with the documents that earned their
+    credit: "**Ana Ruiz** authored commit “…” and committed changes to `x.py` (4 documents found)",
+    the first ``PERSON_DOCUMENTS_NAMED`` of them (``metadata["documents"]``, most credit first).
+    A block without that list is its credit line, the name once."""
     name = " ".join(ev.title.split())
-    line = first if name and first.startswith(name) else f"{name}: {first}"
-    return markdown_text(neutralize_citations(line.rstrip(".")))
+    documents = [d for d in ev.metadata.get("documents") or [] if isinstance(d, dict) and d.get("credit")]
+    if not documents:
+        first = ev.text.split("\n", 1)[0].strip()
+        line = first if name and first.startswith(name) else f"{name}: {first}"
+        return markdown_text(neutralize_citations(line.rstrip(".")))
+    phrases = [_credit_phrase(d) for d in documents[:PERSON_DOCUMENTS_NAMED]]
+    found = f" ({len(documents)} documents found)" if len(documents) > len(phrases) else ""
+    return f"**{markdown_text(neutralize_citations(name))}** {' and '.join(phrases)}{found}"
 
 
 def _sentence(p: Passage) -> str:

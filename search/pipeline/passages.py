@@ -9,8 +9,9 @@ together; the extractive synthesizer quotes the best of them. Scored once per qu
   English lexemes (``to_tsvector('english', ...)``), the ones full-text search and the term
   statistics use, so "dependencies" meets "dependency"; stop words, the question's function
   words (``FUNCTION_WORDS``) and the words naming the kind of thing it asks for
-  (``answer_types.answer_form_words``: "Which *function* ...", "What *pull request* ...") never
-  count.
+  (``answer_types.answer_form_words``: "Which *function* ...", "What *pull request* ...") and
+  the phrase asking who knows a topic (``answer_types.expertise_words``: "Who *can I ask* about
+  ...") never count.
 - **similarity**: the cosine between the question's embedding and the passage's (prefixed with
   its block's title), from the embedder retrieval already loaded.
 """
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 
 from django.db import connection
 
-from search.pipeline.answer_types import answer_form_words, asks_for_document
+from search.pipeline.answer_types import answer_form_words, asks_for_document, expertise_words
 from search.pipeline.evidence import PASSAGE_GAP, SNIPPET_CHARS, Evidence, query_passage
 from search.pipeline.subquestions import SubQuestion, sub_questions
 from search.text import WORD, neutralize_citations, word_variants
@@ -457,8 +458,9 @@ def score_evidence(
     asking = " ".join(f"{c.context} {c.text}" for c in every_clause)  # a fourth clause still asks
     variant_pairs = [(w, v) for w in sorted({w.lower() for w in WORD.findall(question)}) for v in word_variants(w)]
     variant_texts = [text for pair in variant_pairs for text in pair]
+    not_terms = function_words(question) + answer_form_words(question) + expertise_words(question)
     lexemes = lexeme_sets(
-        [" ".join(function_words(question) + answer_form_words(question)), question, asking, *clause_texts]
+        [" ".join(not_terms), question, asking, *clause_texts]
         + [*variant_texts, *block_texts]
         + [ev.title for ev in blocks]
         + [p.text for p in passages]

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from search.llm import llm_client, llm_configured
+from search.pipeline.answer_types import asks_for_expertise
 from search.tools.base import TOOLS, load_tools
 
 logger = logging.getLogger(__name__)
@@ -68,12 +69,6 @@ _HISTORY = re.compile(
 )
 
 
-_PEOPLE = re.compile(
-    r"\bwho\s+(knows|owns|owned|maintains|maintained|wrote|built|(has\s+)?worked\s+on|works\s+on|"
-    r"(is|are)\s+(the\s+|our\s+)?(experts?|owners?|maintainers?|go-to))\b|"
-    r"\bexperts?\s+(on|in|for)\b|\bwho\s+should\s+I\s+ask\b",
-    re.I,
-)
 _SUBSYSTEM = re.compile(
     r"\bwhich\s+(module|file|package|component|subsystem|part\s+of\s+the\s+code)s?\b|"
     r"\bwhere\s+(is|are)\b.{1,80}?\bimplemented\b|"
@@ -86,8 +81,9 @@ _SUBSYSTEM = re.compile(
 
 def rule_plan(question: str) -> Plan:
     """Deterministic plan: always ``search``; a named identifier or quoted string adds
-    ``search_code``; Slack words add ``search_slack``; history words add ``recent_prs``; "who
-    knows / owns / worked on", "who is the expert", "expert on" add ``who_knows``; "which
+    ``search_code``; Slack words add ``search_slack``; history words add ``recent_prs``; asking who knows, owns or
+    worked on something ("who can I ask about", "who is the expert", "expert on":
+    ``answer_types.EXPERTISE``) adds ``who_knows``; "which
     module/file", "where is X implemented", "what does module/file X do", "overview of" add
     ``subsystem_index``. Tools come in that order, each once."""
     calls = [PlannedCall("search", question)]
@@ -97,7 +93,7 @@ def rule_plan(question: str) -> Plan:
         calls.append(PlannedCall("search_slack", question))
     if _HISTORY.search(question):
         calls.append(PlannedCall("recent_prs", question))
-    if _PEOPLE.search(question):
+    if asks_for_expertise(question):
         calls.append(PlannedCall("who_knows", question))
     if _SUBSYSTEM.search(question):
         calls.append(PlannedCall("subsystem_index", question))

@@ -372,10 +372,11 @@ def person_evidence(expert: Expert) -> Evidence:
 
     ``title`` is the name; ``text`` says the score and, per earning document, the role and the
     document's title and location, one sentence each; ``metadata`` holds ``person``, ``aliases``,
-    ``score`` and ``documents`` (``[{document_id, external_id, source_public_id, title, role,
-    credit}]``). It has no url: the documents carry the links. ``lexical_rank``/``similarity``
-    are the best of its documents', so the answerability gate treats it as relevant exactly
-    when its documents are.
+    ``score`` and ``documents`` (``[{document_id, external_id, source_public_id, title, kind,
+    location, role, credit}]``, ``credit`` 0 for a commit that only supports a file credit). It
+    has no url: the documents carry the links. ``lexical_rank``/``similarity`` are the best of
+    its documents', so the answerability gate treats it as relevant exactly when its documents
+    are.
     """
     sentences = [
         f"{expert.name} is credited {expert.score:.2f} points for this question "
@@ -407,6 +408,8 @@ def person_evidence(expert: Expert) -> Evidence:
                     "external_id": ev.external_id,
                     "source_public_id": ev.source_public_id,
                     "title": ev.title,
+                    "kind": ev.kind,
+                    "location": ev.location,
                     "role": ev.metadata.get("role"),
                     "credit": ev.metadata.get("credit"),
                 }

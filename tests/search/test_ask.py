@@ -285,6 +285,44 @@ def test_extractive_answer_names_people_by_their_credit_line_and_code_by_its_sig
 
 
 @pytest.mark.django_db
+def test_a_who_knows_answer_says_what_each_person_did_with_the_documents_found():
+    """A person row listing its credited documents is answered by what the person did with the
+    first two (authored a commit, committed to a file found), the count of the rest, never by a
+    score; a commit that only supports a file credit (credit 0) is not named."""
+    from search.pipeline.evidence import Evidence
+    from search.pipeline.extractive import extractive_answer
+
+    def document(title, kind, location, role, credit):
+        return {"title": title, "kind": kind, "location": location, "role": role, "credit": credit}
+
+    documents = [
+        document("Fix Slack export day files", "commit", "commit/abc", "author", 1.0),
+        document("sources/slack.py: parse", "code_chunk", "sources/slack.py:10-40", "file author", 0.5),
+        document("Slack export", "doc_section", "docs/slack.md", "participant", 0.2),
+        document("Reformat everything", "commit", "commit/def", "committed to x", 0.0),
+    ]
+    person = Evidence(
+        n=1,
+        document_id=-1,
+        kind="person",
+        title="Ana Ruiz",
+        url="",
+        score=1.7,
+        tool="who_knows",
+        text="Ana Ruiz is credited 1.70 points for this question by 4 documents.",
+        metadata={"person": "Ana Ruiz", "documents": documents},
+        lexical_rank=1,
+    )
+    question = "Who knows about the Slack export?"
+    text = extractive_answer(question, [person], verdict=scored_verdict(question, [person])).text
+    assert text == (
+        "- **Ana Ruiz** authored commit “Fix Slack export day files” and committed changes to "
+        "`sources/slack.py` (3 documents found) [1]"
+    )
+    assert "points" not in text and "Reformat" not in text
+
+
+@pytest.mark.django_db
 def test_a_code_answer_from_a_merged_file_block_names_the_chunk_its_lines_come_from():
     """Two chunks of one file share one number (``number_evidence``), the second after a line
     naming its location. A code answer quoting the second chunk's lines is named by that chunk's

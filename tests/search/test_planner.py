@@ -23,6 +23,10 @@ from tests.llm_server import FakeOpenAIServer
         "who worked on the Northstar Bank exception?",
         "who has worked on websockets",
         "who maintains the docs site?",
+        "Who can I ask about the billing retries?",
+        "who is familiar with the Slack connector?",
+        "Who should we talk to about SSO?",
+        "experts on OAuth2 scopes?",
     ],
 )
 def test_people_questions_add_who_knows_after_search(question):

@@ -52,7 +52,8 @@ class Command(BaseCommand):
         if result.sources:
             self.stdout.write("Sources:")
             for ev in result.sources:
-                self.stdout.write(f"  [{ev.n}] {ev.title} — {ev.url or ev.location}")
+                where = ev.url or ev.location  # a person row has neither: its documents are its sources
+                self.stdout.write(f"  [{ev.n}] {ev.title}" + (f" — {where}" if where else ""))
                 for section in ev.sections:
                     self.stdout.write(f"       also {section['title']} — {section['location']}")
 
