@@ -359,10 +359,9 @@ def question_focus(question: str) -> str | None:
     caused the outage?", "What happened to ...", "What went wrong"); or when its head cannot be a
     focus looked for in text (``_NOT_FOCUS``: "What *time* ...", "Which Slack *channel* ...",
     "Which *pull request* ...", "Which *function* ...": the answer is a value, a document or a code
-    object, described in other words); nor for a question asking who knows a topic
-    (``EXPERTISE_WITHOUT_FOCUS``: "Who *knows* ...", "Who can I *ask* about ...")."""
-    if EXPERTISE_WITHOUT_FOCUS.search(question):
-        return None  # "Who *knows* ...", "Who can I *ask* ...": the answer is the people behind the documents
+    object, described in other words). A question asking who knows a topic keeps its verb here
+    ("Who *knows* ..."); the gate sets it aside once people are credited for it
+    (``search.pipeline.gate.credits_people``)."""
     text = QUOTED.sub(" , ", _FORMAT_CHARACTERS.sub("", question))  # a quoted span ends the phrase
     match = _FOCUS_WH.search(text)
     if match is None:
@@ -633,28 +632,39 @@ def missing_focus_note(word: str, *, partial: bool = True) -> str:
     return said + (", so they answer this only in part." if partial else ".")
 
 
-# "Who knows Y": a question for the people who know a topic, answered by the people the
-# ``who_knows`` tool credits for the documents about it (their authors, reviewers, repliers), not
-# by a sentence stating it. ``EXPERTISE`` routes such a question to that tool (the rule planner);
-# ``EXPERTISE_WITHOUT_FOCUS`` is the part whose verb or noun no source writes of a person ("knows",
-# "worked on", "can I ask", "is the expert"). Asking for an owner, a maintainer or someone
-# responsible is routed too, but keeps its focus: an owner is stated ("Owner: Dana"), not inferred
-# from who wrote the documents.
+# "Who knows Y": a question for the people who know a topic or did a piece of work, answered by the
+# people the ``who_knows`` tool credits for the documents about it (their authors, reviewers,
+# repliers; a commit's author did what it says), not by a sentence stating it. ``EXPERTISE``
+# routes such a question to that tool (the rule planner). ``EXPERTISE_WITHOUT_FOCUS`` is the part
+# whose words no source writes of the topic ("knows", "worked on", "can I ask", "is the expert",
+# "set up", "wrote"): once the tool has credited people for it, these words are no focus and no
+# term the evidence must hold (``search.pipeline.gate.credits_people``). An act a document records
+# of someone rather than one its author did ("Who *approved* the refund?", "Who *signed* ...") is
+# not among them, nor an owner, a maintainer named as such or someone responsible: those are
+# routed (``EXPERTISE``) but stay the focus, to be stated ("Owner: Dana").
 _ASKING_VERBS = r"(?:ask|talk\s+to|speak\s+(?:to|with)|contact|reach\s+out\s+to|ping|go\s+to|turn\s+to)"
+_WORK_VERBS = (
+    r"(?:knows|knew|wrote|written|writing|built|building|implemented|implementing|added|adding|introduced|"
+    r"created|designed|developed|developing|made|configured|configuring|set(?:ting)?\s+(?:(?:it|this|that|these|those|them)\s+)?up|fixed|fixing|"
+    r"changed|changing|updated|updating|touched|refactored|migrated|maintains|maintained|maintaining|"
+    r"did|does|doing|done|handles|handled|handling|"
+    r"(?:worked|works|working|contributed|contributing)\s+(?:on|to)|"
+    r"(?:familiar|experienced)\s+with|(?:experience|context|knowledge)\s+(?:with|of|on|about|in))"
+)
+_WHO_AUXILIARIES = r"(?:\s+(?:else|has|have|had|is|are|was|were|been|most|the\s+most))*"
 EXPERTISE_WITHOUT_FOCUS = re.compile(
-    r"\bwho(?:\s+else)?\s+(?:"
-    r"knows|knew|(?:has|have|had)\s+worked\s+on|worked\s+on|works\s+on|(?:is|are|was|were)\s+working\s+on|"
-    r"wrote|(?:has|have)\s+written|built|implemented|designed|contributed\s+to|(?:has|have)\s+contributed\s+to|"
-    r"(?:is|are)\s+(?:most\s+)?(?:familiar|experienced)\s+with|(?:has|have)\s+(?:experience|context|knowledge)\s+(?:with|of|on|about|in)|"
-    r"(?:is|are)\s+(?:the\s+|our\s+|an?\s+)?(?:experts?|go-to(?:\s+person)?|point\s+of\s+contact|contacts?|specialists?)|"
-    rf"(?:can|could|should|shall|do|would|might)\s+(?:I|we)\s+{_ASKING_VERBS}|"
-    rf"to\s+{_ASKING_VERBS})\b"
+    rf"\bwho(?:['’]s)?{_WHO_AUXILIARIES}\s+{_WORK_VERBS}\b"
+    rf"|\b(?:which|what)\s+(?:person|people|engineers?|developers?|colleagues?|teammates?){_WHO_AUXILIARIES}\s+{_WORK_VERBS}\b"
+    r"|\b(?:anyone|anybody|someone|somebody)\s+(?:who\s+)?(?:is\s+|has\s+)?"
+    r"(?:(?:familiar|experienced)\s+with|(?:experience|context)\s+(?:with|on|in)|worked\s+on)\b"
+    r"|\bwho(?:['’]s)?\s+(?:is\s+|are\s+)?(?:the\s+|our\s+|an?\s+)?(?:experts?|go-to(?:\s+person)?|point\s+of\s+contact|"
+    r"contacts?|specialists?)\b"
+    rf"|\bwho\s+(?:(?:can|could|should|shall|do|would|might)\s+(?:I|we)\s+|to\s+){_ASKING_VERBS}\b"
     r"|\b(?:experts?|specialists?)\s+(?:on|in|for)\b",
     re.I,
 )
 EXPERTISE = re.compile(
-    EXPERTISE_WITHOUT_FOCUS.pattern
-    + r"|\bwho\s+(?:owns|owned|maintains|maintained|(?:is|are|was|were)\s+responsible\s+for|"
+    EXPERTISE_WITHOUT_FOCUS.pattern + r"|\bwho\s+(?:owns|owned|(?:is|are|was|were)\s+responsible\s+for|"
     r"(?:is|are)\s+(?:the\s+|our\s+)?(?:owners?|maintainers?))\b",
     re.I,
 )
@@ -666,9 +676,8 @@ def asks_for_expertise(question: str) -> bool:
 
 
 def expertise_words(question: str) -> list[str]:
-    """The words of the phrase asking for the people who know a topic
-    (``EXPERTISE_WITHOUT_FOCUS``: "Who *can I ask about* ...", "Who *knows* ..."), lower-cased: no
-    source writes them of the topic, so they are no term the evidence must hold. Empty for any
-    other question."""
+    """The words of the phrase asking for the people who know a topic or did a piece of work
+    (``EXPERTISE_WITHOUT_FOCUS``: "Who *can I ask* about ...", "Who *knows* ...", "Who *set up*
+    ..."), lower-cased; empty for any other question."""
     match = EXPERTISE_WITHOUT_FOCUS.search(question)
     return [w.lower() for w in re.findall(r"[\w-]+", match.group(0))] if match else []

@@ -77,7 +77,15 @@ from search.pipeline.answer_types import (
     yes_no_focus,
 )
 from search.pipeline.evidence import Evidence, evidence_text
-from search.pipeline.passages import Passage, ScoredEvidence, answering_passages, is_code, lexeme_sets, score_evidence
+from search.pipeline.passages import (
+    Passage,
+    ScoredEvidence,
+    answering_passages,
+    credits_people,
+    is_code,
+    lexeme_sets,
+    score_evidence,
+)
 from search.retrieval import dense_ranking, query_terms, scope_where_sql
 from search.text import QUOTED, holds_term, neutralize_citations, specific_terms
 from sources.connectors.slack.messages import TRANSCRIPT_KINDS
@@ -278,7 +286,8 @@ def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evid
     asks about, ``yes_no_focus``) when no answering passage (``answering_passages``) nor the title
     of a block they come from holds it (as a PostgreSQL English lexeme, so "approved" meets
     "approval"); else ``""``. Code is read in other words than its question's ("which
-    function parses ..."), so answering passages that are all code are never held to it.
+    function parses ..."), so answering passages that are all code are never held to it; nor is a
+    question whose people the ``who_knows`` tool credited (:func:`passages.credits_people`).
 
     An agent noun the stemmer cuts to its verb or action ("commander" -> ``command``, "reviewer"
     -> ``review``, :func:`agent_noun`) is looked for as written (singular, plural or possessive),
@@ -286,7 +295,7 @@ def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evid
     is a person, and a passage about commands does not name one."""
     focus = question_focus(question) or yes_no_focus(question)
     chosen = answering_passages(scored)
-    if focus is None or not chosen:
+    if focus is None or not chosen or credits_people(question, evidence):
         return ""
     by_n = {ev.n: ev for ev in evidence}
     if all(p.code or is_code(by_n[p.n]) for p in chosen):
@@ -354,10 +363,10 @@ def name_beside_focus(question: str, scored: ScoredEvidence, evidence: Sequence[
     stands near the focus (Moldovan et al., ACL 2000), as for :func:`number_beside_focus`. True
     when the rule does not apply: no such focus, no passage holds it, only code does, or a block
     title or heading names it (the text under "Customer" is about the customer, whichever sentence
-    names it)."""
+    names it), or the ``who_knows`` tool credited people for the question (``credits_people``)."""
     focus = party_focus(question)
-    if focus is None:
-        return True
+    if focus is None or credits_people(question, evidence):
+        return True  # the who_knows tool's person blocks name them
     holders = focus_holders(focus, scored, evidence)
     if holders is None:
         return True

@@ -9,9 +9,9 @@ together; the extractive synthesizer quotes the best of them. Scored once per qu
   English lexemes (``to_tsvector('english', ...)``), the ones full-text search and the term
   statistics use, so "dependencies" meets "dependency"; stop words, the question's function
   words (``FUNCTION_WORDS``) and the words naming the kind of thing it asks for
-  (``answer_types.answer_form_words``: "Which *function* ...", "What *pull request* ...") and
-  the phrase asking who knows a topic (``answer_types.expertise_words``: "Who *can I ask* about
-  ...") never count.
+  (``answer_types.answer_form_words``: "Which *function* ...", "What *pull request* ...") never
+  count, nor, once people are credited for it, the phrase asking who knows a topic
+  (:func:`credits_people`: "Who *can I ask* about ...").
 - **similarity**: the cosine between the question's embedding and the passage's (prefixed with
   its block's title), from the embedder retrieval already loaded.
 """
@@ -185,6 +185,16 @@ def answering_passages(scored: ScoredEvidence, *, top: int = ANSWERING_PASSAGES)
             if 0 <= j < len(passages) and passages[j].n == passages[i].n:
                 near.add(j)
     return [passages[i] for i in sorted(near)]
+
+
+def credits_people(question: str, evidence: Sequence[Evidence]) -> bool:
+    """Whether ``question`` asks who knows a topic or did a piece of work
+    (``answer_types.EXPERTISE_WITHOUT_FOCUS``) and the ``who_knows`` tool credited people for it
+    (a relevant ``person`` block): the people are the answer, so the asking words ("knows", "can I
+    ask", "set up") are neither a term the evidence must hold nor the question's focus. Without a
+    person credited, the question is read as any other ("Who set up the VPN?" needs a passage
+    saying so)."""
+    return bool(expertise_words(question)) and any(ev.kind == "person" and ev.is_relevant for ev in evidence)
 
 
 def is_code(ev: Evidence) -> bool:
@@ -458,7 +468,9 @@ def score_evidence(
     asking = " ".join(f"{c.context} {c.text}" for c in every_clause)  # a fourth clause still asks
     variant_pairs = [(w, v) for w in sorted({w.lower() for w in WORD.findall(question)}) for v in word_variants(w)]
     variant_texts = [text for pair in variant_pairs for text in pair]
-    not_terms = function_words(question) + answer_form_words(question) + expertise_words(question)
+    not_terms = function_words(question) + answer_form_words(question)
+    if credits_people(question, evidence):
+        not_terms += expertise_words(question)
     lexemes = lexeme_sets(
         [" ".join(not_terms), question, asking, *clause_texts]
         + [*variant_texts, *block_texts]

@@ -370,17 +370,19 @@ def person_id(name: str) -> int:
 def person_evidence(expert: Expert) -> Evidence:
     """One evidence row of kind ``person`` for an expert (what the synthesizer can cite).
 
-    ``title`` is the name; ``text`` says the score and, per earning document, the role and the
+    ``title`` is the name; ``text`` says in how many of the documents found the person is
+    credited, the score, and, per earning document, the role and the
     document's title and location, one sentence each; ``metadata`` holds ``person``, ``aliases``,
     ``score`` and ``documents`` (``[{document_id, external_id, source_public_id, title, kind,
-    location, role, credit}]``, ``credit`` 0 for a commit that only supports a file credit). It
+    location, link, role, credit}]``, ``credit`` 0 for a commit that only supports a file credit). It
     has no url: the documents carry the links. ``lexical_rank``/``similarity`` are the best of
     its documents', so the answerability gate treats it as relevant exactly when its documents
     are.
     """
+    counted = sum(1 for ev in expert.documents if ev.metadata.get("credit"))
     sentences = [
-        f"{expert.name} is credited {expert.score:.2f} points for this question "
-        f"by {len(expert.documents)} document{'s' if len(expert.documents) != 1 else ''}."
+        f"{expert.name} wrote or took part in {counted} of the documents found for this question "
+        f"(who-knows score {expert.score:.2f})."
     ]
     if expert.aliases:
         sentences.append(f"Also known as {', '.join(expert.aliases[:5])}.")
@@ -410,6 +412,7 @@ def person_evidence(expert: Expert) -> Evidence:
                     "title": ev.title,
                     "kind": ev.kind,
                     "location": ev.location,
+                    "link": ev.link,
                     "role": ev.metadata.get("role"),
                     "credit": ev.metadata.get("credit"),
                 }

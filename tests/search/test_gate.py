@@ -596,10 +596,6 @@ def test_a_slow_sufficiency_judgement_is_abandoned_for_the_model(kb, settings):
         ("Who was the payroll manager that signed off?", "manager"),  # "that" after a noun is relative, no object
         ("What turned out to be the cause of the billing outage?", "cause"),  # a catenative verb links like "is"
         ("Who ended up being the release manager?", "manager"),
-        ("Who knows about the billing client?", None),  # who knows a topic: the people behind its documents
-        ("Who can I ask about refunds?", None),
-        ("Who is the expert on OAuth2 scopes?", None),
-        ("Who has worked on the retry policy?", None),
     ],
 )
 def test_question_focus_names_what_the_question_asks_about(question, focus):
@@ -634,14 +630,14 @@ def test_evidence_about_the_topic_that_never_mentions_the_focus_is_a_partial_ans
 
 
 @pytest.mark.django_db
-def test_asking_who_knows_a_topic_holds_the_evidence_to_the_topic_not_to_the_asking_words(kb):
-    """ "Who knows / can I ask about / wrote X": the people behind X's documents answer it, so the
-    asking verb is neither a focus nor a term the evidence must hold: the same evidence answers
-    "Who can I ask about the billing deploy?" as "What about the billing deploy?" does, and a
-    question asking for a specific act ("Who approves ...") still needs the act stated."""
+def test_asking_who_knows_a_topic_is_answered_by_the_people_credited_not_by_the_asking_words(kb):
+    """ "Who knows / can I ask about / set up X": once the who_knows tool credits people for X, the
+    asking words are neither the focus nor terms the evidence must hold. Without a person
+    credited, the question is read as any other (the evidence must say who), and a question asking
+    for an act a document records ("Who approves ...") keeps its focus either way."""
     scope = scope_for_user(kb.acme.admin)
     commit = _block(
-        1,
+        2,
         "Billing deploy: release from the ops repository with make release",
         "Deploying the billing service runs make release from the ops repository; a deploy takes ten minutes.",
         kind="commit",
@@ -649,11 +645,25 @@ def test_asking_who_knows_a_topic_holds_the_evidence_to_the_topic_not_to_the_ask
         dense_rank=1,
         similarity=0.7,
     )
+    person = Evidence(
+        n=1,
+        document_id=-1,
+        kind="person",
+        title="Ana Ruiz",
+        url="",
+        text="Ana Ruiz wrote or took part in 1 of the documents found for this question (who-knows score 1.00).",
+        score=1.0,
+        tool="who_knows",
+        lexical_rank=1,
+        similarity=0.7,
+    )
     for question in ("Who can I ask about the billing deploy?", "Who knows about the billing deploy?"):
-        verdict = judge(question, [commit], scope)
+        verdict = judge(question, [person, commit], scope)
         assert verdict.status == ANSWERED and not verdict.missing_focus, (question, verdict)
         assert not ({"ask", "know", "knows"} & set(verdict.scored.weights)), verdict.scored.weights
-    verdict = judge("Who approves the billing deploy?", [commit], scope)
+    alone = judge("Who knows about the billing deploy?", [commit], scope)
+    assert alone.missing_focus == "knows" and alone.status == PARTIAL, alone
+    verdict = judge("Who approves the billing deploy?", [person, commit], scope)
     assert verdict.missing_focus == "approves" and verdict.status == PARTIAL, verdict
 
 

@@ -308,3 +308,32 @@ def test_a_document_with_a_script_tag_stays_text_on_the_ask_and_people_pages(cli
         assert "Pelican rollout &lt;script&gt;alert(&quot;kb&quot;)&lt;/script&gt;" in body, name
         assert "<script>alert" not in body and 'href="javascript:' not in body, name
     assert "Mallory &lt;script&gt;" in html  # the people page names the author, escaped
+
+
+def test_a_person_source_lists_the_documents_that_credit_them_each_linked():
+    """A who-knows source shows the person's credited documents as links with their role and
+    location, in place of the person row's text; a document without a link stays text."""
+    from django.template.loader import render_to_string
+
+    from search.pipeline.evidence import Evidence
+
+    person = Evidence(
+        n=2,
+        document_id=-7,
+        kind="person",
+        title="Ana Ruiz",
+        url="",
+        score=1.0,
+        tool="who_knows",
+        text="Ana Ruiz wrote or took part in 2 of the documents found for this question (who-knows score 1.00).",
+        metadata={
+            "documents": [
+                {"title": "Fix <retries>", "link": "/documents/x/?id=1", "role": "author", "location": "commit/abc"},
+                {"title": "billing.md", "link": "", "role": "file author", "location": "docs/billing.md"},
+            ]
+        },
+    )
+    html = render_to_string("search/_source.html", {"ev": person})
+    assert '<a href="/documents/x/?id=1" rel="noopener noreferrer">Fix &lt;retries&gt;</a>' in html
+    assert "author · commit/abc" in html and "billing.md <span" in html
+    assert "who-knows score" not in html

@@ -88,25 +88,36 @@
     const when = ev.updated_at ? " · " + String(ev.updated_at).slice(0, 10) : "";
     li.append(" ", node("span", ev.kind, "tag"), " ", node("span", (ev.location || "") + when, "muted"));
     if (ev.sections && ev.sections.length) {
-      const sections = node("ul", null, "sections");
-      for (const section of ev.sections) {
-        const item = node("li");
-        const sectionHref = safeHref(section.link);
-        if (sectionHref) {
-          const a = node("a", section.title);
-          a.href = sectionHref;
-          a.rel = "noopener noreferrer";
-          item.append(a);
-        } else {
-          item.append(node("span", section.title));
-        }
-        item.append(" ", node("span", section.location || "", "muted"));
-        sections.append(item);
-      }
-      li.append(sections);
+      li.append(linkList(ev.sections.map((s) => [s.title, s.link, s.location || ""])));
     }
-    li.append(node("pre", truncate(ev.text, 600)));
+    const documents = ev.kind === "person" && ev.metadata && Array.isArray(ev.metadata.documents) ? ev.metadata.documents : [];
+    if (documents.length) {
+      // A person (who knows): the documents that credit them, each linked, instead of their text.
+      li.append(linkList(documents.map((d) => [d.title, d.link, [d.role, d.location].filter(Boolean).join(" · ")])));
+    } else {
+      li.append(node("pre", truncate(ev.text, 600)));
+    }
     return li;
+  }
+
+  // [[title, link, muted note], ...] as a list of linked titles (a title without a safe link as text).
+  function linkList(items) {
+    const list = node("ul", null, "sections");
+    for (const [title, link, note] of items) {
+      const item = node("li");
+      const href = safeHref(link);
+      if (href) {
+        const a = node("a", title);
+        a.href = href;
+        a.rel = "noopener noreferrer";
+        item.append(a);
+      } else {
+        item.append(node("span", title));
+      }
+      item.append(" ", node("span", note, "muted"));
+      list.append(item);
+    }
+    return list;
   }
 
   function renderSources(done, evidence) {
