@@ -47,10 +47,16 @@ class ProjectsConfig(AppConfig):
         # The base floor's audit log asks this floor which tenant a user works in (login and
         # logout events); it cannot import projects itself.
         from django.contrib.auth.signals import user_logged_in
+        from django.db.models.signals import post_delete, post_save
 
         from kbportal.audit import audit_register_user_tenant
         from kbportal.sso import sso_register_login_redirect
-        from projects.selectors import user_tenant_id
+        from projects.models import Membership, Profile
+        from projects.selectors import forget_request_memo, user_tenant_id
+
+        for model in (Membership, Profile):  # a request never reads its own membership writes stale
+            for signal, name in ((post_save, "save"), (post_delete, "delete")):
+                signal.connect(forget_request_memo, sender=model, dispatch_uid=f"projects.memo.{model.__name__}.{name}")
 
         audit_register_user_tenant(user_tenant_id)
         user_logged_in.connect(session_record, dispatch_uid="projects.session_record")

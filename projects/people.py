@@ -35,7 +35,7 @@ from kbportal.audit import audit_record
 from kbportal.emails import email_key
 from kbportal.tenancy import tenant_context
 from projects.models import ApiToken, Invitation, Membership, Profile, Project, ProjectMember, Tenant
-from projects.selectors import project_queryset_readable
+from projects.selectors import forget_request_memo, project_queryset_readable
 from projects.services import project_member_add
 
 INVITATION_DAYS = 7
@@ -321,6 +321,7 @@ def member_remove(*, tenant_id: int, actor_user, user_id: int) -> dict[str, int]
             session.end()
             sessions += 1
         Profile.objects.filter(user_id=user_id, tenant_id=tenant_id).update(tenant=None, default_project=None)
+        forget_request_memo()  # update() sends no signal
         audit_record(
             action="member.remove",
             tenant_id=tenant_id,

@@ -22,10 +22,44 @@ class ScopeNotFound(LookupError):
     """The user has no tenant, or the project is not one they may use (-> 404, never 403)."""
 
 
+def _request_memo() -> dict | None:
+    """A dict living as long as the web request being handled (``kbportal.middleware.
+    current_request``), where a selector keeps what it read about the signed-in user so that a
+    page asking it twice (the view's scope, then the page header) reads it once; ``None``
+    outside a request (commands, tasks, services called directly). Any write to a membership or
+    profile empties it (:func:`forget_request_memo`, connected to their save and delete
+    signals), so a request never reads its own writes stale."""
+    from kbportal.middleware import current_request
+
+    request = current_request()
+    if request is None:
+        return None
+    memo = getattr(request, "_kb_selector_memo", None)
+    if memo is None:
+        memo = {}
+        request._kb_selector_memo = memo  # type: ignore[attr-defined]
+    return memo
+
+
+def forget_request_memo(*args, **kwargs) -> None:
+    """Empty the current request's memo (:func:`_request_memo`); a signal receiver."""
+    memo = _request_memo()
+    if memo is not None:
+        memo.clear()
+
+
 def membership_list_for_user(user) -> list[Membership]:
-    """The user's memberships across tenants (read under the user's own RLS clause)."""
+    """The user's memberships across tenants (read under the user's own RLS clause; once per
+    request, :func:`_request_memo`)."""
+    memo = _request_memo()
+    key = ("memberships", user.pk)
+    if memo is not None and key in memo:
+        return list(memo[key])
     with user_context(user.pk):
-        return list(Membership.all_tenants.filter(user=user).select_related("tenant"))
+        memberships = list(Membership.all_tenants.filter(user=user).select_related("tenant"))
+    if memo is not None:
+        memo[key] = memberships
+    return list(memberships)
 
 
 def user_tenant_id(user) -> int | None:
@@ -37,7 +71,14 @@ def _tenant_of(user, memberships: list[Membership]) -> int | None:
     """:func:`user_tenant_id` from the user's memberships, read once by the caller."""
     if not memberships:
         return None
-    profile = Profile.objects.filter(user=user).first()
+    memo = _request_memo()
+    key = ("profile", user.pk)
+    if memo is not None and key in memo:
+        profile = memo[key]
+    else:
+        profile = Profile.objects.filter(user=user).first()
+        if memo is not None:
+            memo[key] = profile
     if profile and profile.tenant_id and any(m.tenant_id == profile.tenant_id for m in memberships):
         return profile.tenant_id
     return memberships[0].tenant_id
@@ -151,27 +192,45 @@ def project_get_for_user(user, project_slug: str | None = None, *, tenant_id: in
     Raises ``ScopeNotFound`` (-> 404, the same message whether the project does not exist, is
     another tenant's, or is restricted to members the user is not one of).
     """
+    return project_with_source_ids_for_user(user, project_slug, tenant_id=tenant_id, with_sources=False)[0]
+
+
+def project_with_source_ids_for_user(
+    user, project_slug: str | None = None, *, tenant_id: int | None = None, with_sources: bool = True
+) -> tuple[Project, tuple[int, ...]]:
+    """:func:`project_get_for_user` and the project's :func:`project_source_ids`, read in one
+    transaction (a query's scope needs both; ``with_sources=False`` reads the project only, ``()``).
+    Raises ``ScopeNotFound`` as :func:`project_get_for_user` does."""
     tenant_id = tenant_id if tenant_id is not None else user_tenant_id(user)
     if tenant_id is None:
         raise ScopeNotFound("you do not belong to any organization yet")
+    source_ids: tuple[int, ...] = ()
     with tenant_context(tenant_id, user_id=user.pk):
         if project_slug:
             project = project_queryset_readable(user_id=user.pk).filter(slug=project_slug).first()
         else:
             project = project_default_for_user(user_id=user.pk)
+        if project is not None and with_sources:
+            source_ids = _source_ids(project.pk)
     if project is None:
         raise ScopeNotFound(
             f"no project {project_slug!r} in your organization" if project_slug else "no default project chosen"
         )
-    return project
+    return project, source_ids
+
+
+def _source_ids(project_id: int) -> tuple[int, ...]:
+    """Ids of the data sources attached to project ``project_id``, ascending (inside its
+    tenant's context)."""
+    ids = Project.objects.filter(pk=project_id).values_list("sources", flat=True)
+    return tuple(sorted({i for i in ids if i is not None}))
 
 
 def project_source_ids(project: Project) -> tuple[int, ...]:
     """Ids of the data sources attached to ``project`` (inside its tenant's context, RLS on),
     ascending. The caller has already checked that the project is readable."""
     with tenant_context(project.tenant_id):
-        ids = Project.objects.filter(pk=project.pk).values_list("sources", flat=True)
-        return tuple(sorted({i for i in ids if i is not None}))
+        return _source_ids(project.pk)
 
 
 def source_ids_readable(*, user_id: int | None) -> set[int]:
@@ -327,16 +386,28 @@ def api_token_project(identity: TokenIdentity, project_slug: str | None = None) 
     is refused on every call), differs from a pinned token's project, or no project is named
     and the token has no default.
     """
+    return api_token_project_with_source_ids(identity, project_slug, with_sources=False)[0]
+
+
+def api_token_project_with_source_ids(
+    identity: TokenIdentity, project_slug: str | None = None, *, with_sources: bool = True
+) -> tuple[Project, tuple[int, ...]]:
+    """:func:`api_token_project` and the project's :func:`project_source_ids`, read in one
+    transaction (``with_sources=False``: the project only, ``()``). Raises ``ScopeNotFound`` as
+    :func:`api_token_project` does."""
     slug = project_slug or identity.project_slug
     if not slug:
         raise ScopeNotFound("this token has no default project; pass a project slug")
     if identity.project_pinned and slug != identity.project_slug:
         raise ScopeNotFound(f"this token is limited to project {identity.project_slug!r}")
+    source_ids: tuple[int, ...] = ()
     with tenant_context(identity.tenant_id, user_id=identity.user_id):
         project = project_queryset_for_token(identity).filter(slug=slug).first()
+        if project is not None and with_sources:
+            source_ids = _source_ids(project.pk)
     if project is None:
         raise ScopeNotFound(f"no project {slug!r} in this token's organization")
-    return project
+    return project, source_ids
 
 
 def api_token_list_for_tenant(*, tenant_id: int) -> list[ApiToken]:

@@ -38,14 +38,15 @@ CANDIDATE_CHARS = 600  # of each candidate's text shown to the LLM
 _WORD = re.compile(r"\w+")
 
 
-def _shingles(text: str) -> set[str]:
-    """The word 4-shingles of ``text``, lower-cased, each as its words joined by one space (a
-    ``\\w+`` word holds no space, so two shingles are equal exactly when their words are;
-    strings hash once, where tuples hash again at every set operation)."""
+def _shingles(text: str) -> set[int]:
+    """The word 4-shingles of ``text``, lower-cased, each as the hash of its words' tuple (a
+    tuple of strings hashes from the words' cached hashes, and a set of ints intersects without
+    hashing again: about a third cheaper than joining each shingle into a string; two shingles
+    collide with probability 2^-64)."""
     words = _WORD.findall(text.lower())
     if len(words) < SHINGLE_WORDS:
-        return {" ".join(words)} if words else set()
-    return set(map(" ".join, zip(*(words[i:] for i in range(SHINGLE_WORDS)), strict=False)))
+        return {hash(tuple(words))} if words else set()
+    return set(map(hash, zip(*(words[i:] for i in range(SHINGLE_WORDS)), strict=False)))
 
 
 def jaccard(a: set, b: set) -> float:
@@ -64,14 +65,18 @@ def _near(a: set, b: set, threshold: float) -> bool:
     return jaccard(a, b) >= threshold
 
 
-def collapse_near_duplicates(hits: list, *, threshold: float = NEAR_DUPLICATE_JACCARD) -> list:
+def collapse_near_duplicates(hits: list, *, threshold: float = NEAR_DUPLICATE_JACCARD, keep: int | None = None) -> list:
     """Drop each hit whose text is a near-duplicate of a better-ranked one; the kept hit lists the
-    dropped one's ``external_id`` in ``duplicates``. ``hits`` is best first; order is kept.
+    dropped one's ``external_id`` in ``duplicates``. ``hits`` is best first; order is kept. With
+    ``keep``, the scan stops once that many hits are kept (what follows is never shown, so its
+    shingles are not computed: without a reranker only the first ``limit`` distinct hits are).
     O(n^2) shingle comparisons over the (few dozen) fused hits, most settled by the two sets'
     sizes (``_near``): ~3 ms for 40 hits, against ~11 ms with a union set built per pair."""
     kept: list = []
     kept_shingles: list[set] = []
     for hit in hits:
+        if keep is not None and len(kept) >= keep:
+            break
         shingles = _shingles(f"{hit.title}\n{(hit.content or hit.text)[:SHINGLE_CHARS]}")
         twin = next(
             (k for k, s in zip(kept, kept_shingles, strict=True) if shingles and _near(shingles, s, threshold)),
@@ -137,16 +142,21 @@ def llm_scores(question: str, hits: Sequence) -> list[float] | None:
         return None
 
 
+def reranks() -> bool:
+    """Whether :func:`rerank` reorders (an LLM configured and ``KB_LLM_RERANK`` on)."""
+    from django.conf import settings
+
+    return llm_configured() and bool(settings.KB_LLM_RERANK)
+
+
 def rerank(question: str, hits: list, *, limit: int) -> tuple[list, str]:
     """The first ``RERANK_CANDIDATES`` of ``hits`` (best first) reordered, cut to ``limit``.
 
     Returns ``(hits, method)``: ``method`` is ``"llm"`` (scored by the LLM), ``"fusion"`` (no
     LLM configured, or ``KB_LLM_RERANK`` off) or ``"fusion (llm failed)"``.
     """
-    from django.conf import settings
-
     candidates = hits[:RERANK_CANDIDATES]
-    if not candidates or not llm_configured() or not settings.KB_LLM_RERANK:
+    if not candidates or not reranks():
         return hits[:limit], "fusion"
     scores = llm_scores(question, candidates)
     if scores is None:

@@ -10,10 +10,9 @@ from projects.models import Project, Tenant
 from projects.selectors import (
     ScopeNotFound,
     TokenIdentity,
-    api_token_project,
+    api_token_project_with_source_ids,
     project_can_edit,
-    project_get_for_user,
-    project_source_ids,
+    project_with_source_ids_for_user,
     source_ids_readable,
     user_is_tenant_admin,
     user_tenant_id,
@@ -74,7 +73,8 @@ def scope_for_user(user, project_slug: str | None = None, *, tenant_id: int | No
     """The :class:`QueryScope` for ``user`` in ``project_slug`` (default: their default project),
     in ``tenant_id`` (default: the tenant they work in; the caller has checked they belong to it).
 
-    The project and its data sources come from ``projects.selectors.project_get_for_user`` (the
+    The project and its data sources come from
+    ``projects.selectors.project_with_source_ids_for_user`` (``project_get_for_user``: the
     one check of project visibility and membership; an unreadable default falls back to another
     readable project). Raises ``ScopeNotFound`` when the user has no tenant, no readable default
     project, or ``project_slug`` is not a project of their tenant they may read.
@@ -82,14 +82,14 @@ def scope_for_user(user, project_slug: str | None = None, *, tenant_id: int | No
     tenant_id = tenant_id if tenant_id is not None else user_tenant_id(user)
     if tenant_id is None:
         raise ScopeNotFound("you do not belong to any organization yet")
-    project = project_get_for_user(user, project_slug, tenant_id=tenant_id)
+    project, source_ids = project_with_source_ids_for_user(user, project_slug, tenant_id=tenant_id)
     return QueryScope(
         tenant_id=tenant_id,
         user_id=user.pk,
         project_id=project.pk,
         project_slug=project.slug,
         project_name=project.name,
-        allowed_source_ids=project_source_ids(project),
+        allowed_source_ids=source_ids,
         principals=user_principals(user, tenant_id),
     )
 
@@ -102,14 +102,14 @@ def scope_for_token(identity: TokenIdentity, project_slug: str | None = None) ->
     sources are the project's; principals are the user's (none for a service token, which so
     never reads restricted rows). Raises ``ScopeNotFound`` (-> 404).
     """
-    project = api_token_project(identity, project_slug)
+    project, source_ids = api_token_project_with_source_ids(identity, project_slug)
     return QueryScope(
         tenant_id=identity.tenant_id,
         user_id=identity.user_id,
         project_id=project.pk,
         project_slug=project.slug,
         project_name=project.name,
-        allowed_source_ids=project_source_ids(project),
+        allowed_source_ids=source_ids,
         principals=user_principals(identity.user, identity.tenant_id) if identity.user is not None else (),
     )
 

@@ -291,12 +291,13 @@ def hybrid_search(
             load_texts(hits[:shown])
     reranked_by = ""
     if rerank:
-        from search.rerank import collapse_near_duplicates
+        from search.rerank import RERANK_CANDIDATES, collapse_near_duplicates, reranks
         from search.rerank import rerank as rerank_hits
 
         t0 = time.perf_counter()
-        # Enough hits that 20 distinct ones remain after the collapse, in all but odd cases.
-        pool = collapse_near_duplicates(hits[:shown])
+        # Enough hits that 20 distinct ones remain after the collapse, in all but odd cases; the
+        # scan stops at what the reranker reads, or without one at what is returned.
+        pool = collapse_near_duplicates(hits[:shown], keep=max(RERANK_CANDIDATES, limit) if reranks() else limit)
         hits, reranked_by = rerank_hits(query, pool, limit=limit)
         hits = promote_exact(hits, exact)  # a reranker's order never puts a near-miss above an exact match
         timings["rerank"] = (time.perf_counter() - t0) * 1000
