@@ -48,6 +48,25 @@ def test_near_duplicates_fold_into_the_better_ranked_copy():
     assert kept[2].duplicates == []
 
 
+def test_the_near_duplicate_scan_stops_once_enough_hits_are_kept():
+    """With ``keep``, the scan ends at the ``keep``-th distinct hit: the same hits as a full scan
+    up to there, and nothing after it is read (a copy further down is not folded in)."""
+    hits = [
+        _hit(1, RUNBOOK, "Runbook"),
+        _hit(2, RUNBOOK.replace("api pods", "API pods") + " (copy)", "Runbook"),
+        _hit(3, "Vacation policy: twenty-five days per year, requested two weeks ahead."),
+        _hit(4, "Expense policy: receipts within thirty days."),
+        _hit(5, RUNBOOK, "Runbook"),
+    ]
+    full = collapse_near_duplicates(hits)
+    assert [h.external_id for h in full] == ["p1", "p3", "p4"] and full[0].duplicates == ["p2", "p5"]
+    for h in hits:
+        h.duplicates = []
+    kept = collapse_near_duplicates(hits, keep=2)
+    assert [h.external_id for h in kept] == ["p1", "p3"]
+    assert kept[0].duplicates == ["p2"]
+
+
 @pytest.fixture
 def llm(settings):
     def configure(responder):
