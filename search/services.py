@@ -339,6 +339,11 @@ def _stored_source(ev: Evidence) -> dict[str, Any]:
     keep = ("n", "title", "link", "kind", "location", "updated_at", "sections")
     shown = {key: data.get(key) for key in keep}
     shown["text"] = _db_text(str(data.get("text") or ""))[: AnswerRecord.SOURCE_TEXT_CHARS]
+    if ev.kind == "person":  # the documents crediting the person, listed under them (``shown_document_ids``)
+        documents = [d for d in ev.metadata.get("documents") or [] if isinstance(d, dict) and d.get("title")]
+        shown["metadata"] = {
+            "documents": [{k: d.get(k) for k in ("title", "link", "role", "location")} for d in documents]
+        }
     return shown
 
 

@@ -295,6 +295,13 @@ def test_a_person_block_shows_the_documents_it_names():
     page = Evidence(n=2, document_id=9, kind="doc_section", title="t", url="", text="x", score=0.0, tool="search")
     assert shown_document_ids(person) == [7]
     assert shown_document_ids(page) == [9]
+    # A stored turn keeps the documents the person block lists (what a later page shows under
+    # them), and only their title, link, role and location; other blocks keep no metadata.
+    from search.services import _stored_source
+
+    stored = _stored_source(person)
+    assert stored["metadata"] == {"documents": [{"title": "Layoff list", "link": None, "role": None, "location": None}]}
+    assert "metadata" not in _stored_source(page)
 
 
 @pytest.mark.django_db
