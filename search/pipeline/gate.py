@@ -479,7 +479,10 @@ def judge(question: str, evidence: list[Evidence], scope: QueryScope) -> Verdict
     features = answerability_features(scored, evidence)
     probability = answered_probability(features)
     answerable, decided_by = probability >= ANSWERED_PROBABILITY, "evidence"
-    judged = llm_sufficiency(question, evidence, scored) if answerable and llm_configured() else None
+    # Who knows a topic is answered by the people the who_knows tool credits, which no passage
+    # states: the LLM is not asked whether the passages say it.
+    asks_llm = answerable and llm_configured() and not credits_people(question, evidence)
+    judged = llm_sufficiency(question, evidence, scored) if asks_llm else None
     if judged is not None:
         # Either saying no declines: the model's "no" stands, and the LLM's "no" overrules its "yes".
         answerable, decided_by = judged != NOT_FOUND, "evidence and llm"

@@ -510,6 +510,38 @@ def test_the_llm_sufficiency_judgement_can_decline_and_falls_back_to_the_model(k
 
 
 @pytest.mark.django_db
+def test_the_llm_is_not_asked_whether_passages_state_who_knows_what_the_who_knows_tool_credits(kb, settings):
+    """The people credited are the answer to "who knows X", which no passage states: an LLM
+    asked whether the passages say it would decline every such question."""
+    commit = _block(
+        2,
+        "Billing deploy: release from the ops repository with make release",
+        "Deploying the billing service runs make release from the ops repository.",
+        kind="commit",
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.7,
+    )
+    person = Evidence(
+        n=1,
+        document_id=-1,
+        kind="person",
+        title="Ana Ruiz",
+        url="",
+        text="Ana Ruiz wrote or took part in 1 of the documents found for this question (who-knows score 1.00).",
+        score=1.0,
+        tool="who_knows",
+        lexical_rank=1,
+        similarity=0.7,
+    )
+    with FakeOpenAIServer(lambda body: '{"answer": "no"}') as server:
+        settings.OPENAI_BASE_URL, settings.KB_LLM_MODEL = server.base_url, "m"
+        verdict = judge("Who knows about the billing deploy?", [person, commit], scope_for_user(kb.acme.admin))
+        assert server.requests == []
+    assert verdict.status == ANSWERED and verdict.decided_by == "evidence"
+
+
+@pytest.mark.django_db
 def test_the_llm_is_not_asked_when_the_evidence_model_already_declines(kb, settings):
     evidence = [
         _block(
