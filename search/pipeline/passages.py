@@ -189,12 +189,26 @@ def answering_passages(scored: ScoredEvidence, *, top: int = ANSWERING_PASSAGES)
 
 def credits_people(question: str, evidence: Sequence[Evidence]) -> bool:
     """Whether ``question`` asks who knows a topic or did a piece of work
-    (``answer_types.EXPERTISE_WITHOUT_FOCUS``) and the ``who_knows`` tool credited people for it
-    (a relevant ``person`` block): the people are the answer, so the asking words ("knows", "can I
-    ask", "set up") are neither a term the evidence must hold nor the question's focus. Without a
-    person credited, the question is read as any other ("Who set up the VPN?" needs a passage
-    saying so)."""
-    return bool(expertise_words(question)) and any(ev.kind == "person" and ev.is_relevant for ev in evidence)
+    (``answer_types.EXPERTISE_WITHOUT_FOCUS``) and the ``who_knows`` tool credited people for the
+    evidence that answers it: a relevant ``person`` block credited by one of the first
+    ``BLOCKS_READ`` relevant other blocks (``metadata["documents"]``). Then the people are the
+    answer, so the asking words ("knows", "can I ask", "set up") are neither a term the evidence
+    must hold nor the question's focus. Otherwise the question is read as any other ("Who set up
+    the VPN?" needs a passage saying so): people credited only by documents further down, when
+    the best evidence has no author (a package's source without its history), are no answer."""
+    if not expertise_words(question):
+        return False
+    best = {
+        i
+        for ev in [ev for ev in evidence if ev.kind != "person" and ev.is_relevant][:BLOCKS_READ]
+        for i in ev.document_ids
+    }
+    for ev in evidence:
+        if ev.kind == "person" and ev.is_relevant:
+            documents = [d for d in ev.metadata.get("documents") or [] if isinstance(d, dict) and d.get("credit")]
+            if any(d.get("document_id") in best for d in documents):
+                return True
+    return False
 
 
 def is_code(ev: Evidence) -> bool:

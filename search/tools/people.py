@@ -382,7 +382,7 @@ def person_evidence(expert: Expert) -> Evidence:
     counted = sum(1 for ev in expert.documents if ev.metadata.get("credit"))
     sentences = [
         f"{expert.name} wrote or took part in {counted} of the documents found for this question "
-        f"(who-knows score {expert.score:.2f})."
+        f"(credit score {expert.score:.2f})."
     ]
     if expert.aliases:
         sentences.append(f"Also known as {', '.join(expert.aliases[:5])}.")

@@ -1,5 +1,6 @@
 """The answerability gate: decided from the retrieved evidence, never from the tenant's vocabulary."""
 
+import dataclasses
 import json
 import time
 
@@ -528,11 +529,12 @@ def test_the_llm_is_not_asked_whether_passages_state_who_knows_what_the_who_know
         kind="person",
         title="Ana Ruiz",
         url="",
-        text="Ana Ruiz wrote or took part in 1 of the documents found for this question (who-knows score 1.00).",
+        text="Ana Ruiz wrote or took part in 1 of the documents found for this question (credit score 1.00).",
         score=1.0,
         tool="who_knows",
         lexical_rank=1,
         similarity=0.7,
+        metadata={"documents": [{"document_id": 2, "title": commit.title, "role": "author", "credit": 1.0}]},
     )
     with FakeOpenAIServer(lambda body: '{"answer": "no"}') as server:
         settings.OPENAI_BASE_URL, settings.KB_LLM_MODEL = server.base_url, "m"
@@ -683,11 +685,12 @@ def test_asking_who_knows_a_topic_is_answered_by_the_people_credited_not_by_the_
         kind="person",
         title="Ana Ruiz",
         url="",
-        text="Ana Ruiz wrote or took part in 1 of the documents found for this question (who-knows score 1.00).",
+        text="Ana Ruiz wrote or took part in 1 of the documents found for this question (credit score 1.00).",
         score=1.0,
         tool="who_knows",
         lexical_rank=1,
         similarity=0.7,
+        metadata={"documents": [{"document_id": 2, "title": commit.title, "role": "author", "credit": 1.0}]},
     )
     for question in ("Who can I ask about the billing deploy?", "Who knows about the billing deploy?"):
         verdict = judge(question, [person, commit], scope)
@@ -695,6 +698,11 @@ def test_asking_who_knows_a_topic_is_answered_by_the_people_credited_not_by_the_
         assert not ({"ask", "know", "knows"} & set(verdict.scored.weights)), verdict.scored.weights
     alone = judge("Who knows about the billing deploy?", [commit], scope)
     assert alone.missing_focus == "knows" and alone.status == PARTIAL, alone
+    # People credited only by a document other than the evidence that answers (an authorless
+    # package's source answers; a commit merely mentioning the topic credits its author): no answer.
+    elsewhere = dataclasses.replace(person, metadata={"documents": [{"document_id": 99, "title": "x", "credit": 1.0}]})
+    verdict = judge("Who knows about the billing deploy?", [elsewhere, commit], scope)
+    assert verdict.missing_focus == "knows" and verdict.status == PARTIAL, verdict
     verdict = judge("Who approves the billing deploy?", [person, commit], scope)
     assert verdict.missing_focus == "approves" and verdict.status == PARTIAL, verdict
 

@@ -325,7 +325,7 @@ def test_a_person_source_lists_the_documents_that_credit_them_each_linked():
         url="",
         score=1.0,
         tool="who_knows",
-        text="Ana Ruiz wrote or took part in 2 of the documents found for this question (who-knows score 1.00).",
+        text="Ana Ruiz wrote or took part in 2 of the documents found for this question (credit score 1.00).",
         metadata={
             "documents": [
                 {"title": "Fix <retries>", "link": "/documents/x/?id=1", "role": "author", "location": "commit/abc"},
@@ -336,4 +336,4 @@ def test_a_person_source_lists_the_documents_that_credit_them_each_linked():
     html = render_to_string("search/_source.html", {"ev": person})
     assert '<a href="/documents/x/?id=1" rel="noopener noreferrer">Fix &lt;retries&gt;</a>' in html
     assert "author · commit/abc" in html and "billing.md <span" in html
-    assert "who-knows score" not in html
+    assert "credit score" not in html
