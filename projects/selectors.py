@@ -34,18 +34,27 @@ def _request_memo() -> dict | None:
     request = current_request()
     if request is None:
         return None
+    depth = len(connection.atomic_blocks)
     memo = getattr(request, "_kb_selector_memo", None)
     if memo is None:
-        memo = {}
+        memo = {"__depth__": depth}
         request._kb_selector_memo = memo  # type: ignore[attr-defined]
+    if depth != memo["__depth__"]:
+        # Inside a transaction the request opened, a read may see writes that a rollback undoes
+        # (sending no signal): read afresh there and keep nothing.
+        return None
     return memo
 
 
 def forget_request_memo(*args, **kwargs) -> None:
     """Empty the current request's memo (:func:`_request_memo`); a signal receiver."""
-    memo = _request_memo()
+    from kbportal.middleware import current_request
+
+    memo = getattr(current_request(), "_kb_selector_memo", None)
     if memo is not None:
+        depth = memo.get("__depth__")
         memo.clear()
+        memo["__depth__"] = depth
 
 
 def membership_list_for_user(user) -> list[Membership]:

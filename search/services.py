@@ -331,7 +331,9 @@ def shown_document_ids(ev: Evidence) -> list[int]:
     for named in named_documents:
         if isinstance(named, dict) and isinstance(named.get("document_id"), int) and named["document_id"] > 0:
             ids.append(named["document_id"])
-    return ids
+    if ev.kind == "person":
+        ids.extend(i for i in ev.metadata.get("named_in") or [] if isinstance(i, int) and i > 0)
+    return list(dict.fromkeys(ids))
 
 
 def _stored_source(ev: Evidence) -> dict[str, Any]:

@@ -647,7 +647,7 @@ _WORK_VERBS = (
     r"(?:knows|knew|wrote|written|writing|built|building|implemented|implementing|added|adding|introduced|"
     r"created|designed|developed|developing|made|configured|configuring|set(?:ting)?\s+(?:(?:it|this|that|these|those|them)\s+)?up|fixed|fixing|"
     r"changed|changing|updated|updating|touched|refactored|migrated|maintains|maintained|maintaining|"
-    r"did|does|doing|done|handles|handled|handling|"
+    r"(?:did|does)(?=\s*(?:[?.!,]|$|\s+(?:it|that|this|those|these|the\s+(?:work|most))\b))|doing|done|handles|handled|handling|"
     r"(?:worked|works|working|contributed|contributing)\s+(?:on|to)|"
     r"(?:familiar|experienced)\s+with|(?:experience|context|knowledge)\s+(?:with|of|on|about|in))"
 )
@@ -660,6 +660,8 @@ EXPERTISE_WITHOUT_FOCUS = re.compile(
     r"|\bwho(?:['’]s)?\s+(?:is\s+|are\s+)?(?:the\s+|our\s+|an?\s+)?(?:experts?|go-to(?:\s+person)?|point\s+of\s+contact|"
     r"contacts?|specialists?)\b"
     rf"|\bwho\s+(?:(?:can|could|should|shall|do|would|might)\s+(?:I|we)\s+|to\s+){_ASKING_VERBS}\b"
+    r"|\bwho(?:\s+else)?\s+(?:would|might|could|should|will|may)\s+know\b"
+    rf"|\bwho(?:['’]s|\s+is)\s+(?:the\s+)?(?:best\s+|right\s+)?(?:person|one)\s+to\s+{_ASKING_VERBS}\b"
     r"|\b(?:experts?|specialists?)\s+(?:on|in|for)\b",
     re.I,
 )

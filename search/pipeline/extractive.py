@@ -363,7 +363,7 @@ def _credit_phrase(document: dict) -> str:
     kind = str(document.get("kind") or "")
     title = shortened(" ".join(str(document.get("title") or "").split()), PERSON_TITLE_CHARS)
     if role == "file author":
-        path = str(document.get("location") or title).split(":", 1)[0]
+        path = str(document.get("path") or document.get("location") or title)
         return f"committed changes to {code_span(path)}"
     verb = "authored" if role == "author" and kind in ("commit", "pr") else _ROLE_VERBS.get(role, "is named in")
     noun = _KIND_WORDS.get(kind, kind.replace("_", " ") or "document")

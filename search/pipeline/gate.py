@@ -71,6 +71,7 @@ from search.llm import llm_client, llm_configured
 from search.pipeline.answer_types import (
     asked_answer_type,
     counted_focus,
+    expertise_words,
     names_someone,
     party_focus,
     question_focus,
@@ -295,8 +296,10 @@ def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evid
     is a person, and a passage about commands does not name one."""
     focus = question_focus(question) or yes_no_focus(question)
     chosen = answering_passages(scored)
-    if focus is None or not chosen or credits_people(question, evidence):
+    if focus is None or not chosen:
         return ""
+    if credits_people(question, evidence) and focus.lower() in expertise_words(question):
+        return ""  # the asking words themselves ("knows", "set up"), not another clause's focus
     by_n = {ev.n: ev for ev in evidence}
     if all(p.code or is_code(by_n[p.n]) for p in chosen):
         return ""
@@ -365,7 +368,7 @@ def name_beside_focus(question: str, scored: ScoredEvidence, evidence: Sequence[
     title or heading names it (the text under "Customer" is about the customer, whichever sentence
     names it), or the ``who_knows`` tool credited people for the question (``credits_people``)."""
     focus = party_focus(question)
-    if focus is None or credits_people(question, evidence):
+    if focus is None or (credits_people(question, evidence) and focus.lower() in expertise_words(question)):
         return True  # the who_knows tool's person blocks name them
     holders = focus_holders(focus, scored, evidence)
     if holders is None:

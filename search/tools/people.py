@@ -233,6 +233,9 @@ class Expert:
     score: float
     documents: list[Evidence]
     aliases: list[str] = field(default_factory=list)
+    # Every row that named this person (scored or supporting, listed or cut): what their name and
+    # aliases were read from, so a stored answer is shown only to who may read all of them.
+    named_in: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-safe: ``{"name", "score", "aliases", "documents": [Evidence.as_dict() ...]}``."""
@@ -355,7 +358,8 @@ def who_knows(*, query: str, scope: QueryScope, limit: int = 10) -> list[Expert]
             documents.append(ev)
         name, aliases = identities.display(root)
         score = sum(c.points for c in scored.values())
-        experts.append(Expert(name=name, score=score, documents=documents, aliases=aliases))
+        named_in = sorted(set(scored) | set(support))
+        experts.append(Expert(name=name, score=score, documents=documents, aliases=aliases, named_in=named_in))
     experts.sort(key=lambda e: (-e.score, e.name.casefold()))
     return experts[: max(limit, 0)]
 
@@ -374,7 +378,7 @@ def person_evidence(expert: Expert) -> Evidence:
     credited, the score, and, per earning document, the role and the
     document's title and location, one sentence each; ``metadata`` holds ``person``, ``aliases``,
     ``score`` and ``documents`` (``[{document_id, external_id, source_public_id, title, kind,
-    location, link, role, credit}]``, ``credit`` 0 for a commit that only supports a file credit). It
+    location, path, link, role, credit}]``, ``credit`` 0 for a commit that only supports a file credit). It
     has no url: the documents carry the links. ``lexical_rank``/``similarity`` are the best of
     its documents', so the answerability gate treats it as relevant exactly when its documents
     are.
@@ -404,6 +408,7 @@ def person_evidence(expert: Expert) -> Evidence:
             "person": expert.name,
             "aliases": list(expert.aliases),
             "score": round(expert.score, 4),
+            "named_in": list(expert.named_in),
             "documents": [
                 {
                     "document_id": ev.document_id,
@@ -412,6 +417,7 @@ def person_evidence(expert: Expert) -> Evidence:
                     "title": ev.title,
                     "kind": ev.kind,
                     "location": ev.location,
+                    "path": ev.path,
                     "link": ev.link,
                     "role": ev.metadata.get("role"),
                     "credit": ev.metadata.get("credit"),

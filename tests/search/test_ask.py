@@ -297,7 +297,10 @@ def test_a_who_knows_answer_says_what_each_person_did_with_the_documents_found()
 
     documents = [
         document("Fix Slack export day files", "commit", "commit/abc", "author", 1.0),
-        document("sources/slack.py: parse", "code_chunk", "sources/slack.py:10-40", "file author", 0.5),
+        {
+            **document("sources/slack.py: parse", "code_chunk", "sources/slack.py:10-40", "file author", 0.5),
+            "path": "sources/slack.py",
+        },
         document("Slack export", "doc_section", "docs/slack.md", "participant", 0.2),
         document("Reformat everything", "commit", "commit/def", "committed to x", 0.0),
     ]

@@ -290,10 +290,14 @@ def test_a_person_block_shows_the_documents_it_names():
         text="Author: doc_section “Layoff list”.",
         score=1.0,
         tool="who_knows",
-        metadata={"documents": [{"document_id": 7, "title": "Layoff list"}, {"document_id": "x"}, "junk"]},
+        metadata={
+            "documents": [{"document_id": 7, "title": "Layoff list"}, {"document_id": "x"}, "junk"],
+            # every row that named the person (their name and aliases come from these), cut or not
+            "named_in": [7, 11, -3, "y"],
+        },
     )
     page = Evidence(n=2, document_id=9, kind="doc_section", title="t", url="", text="x", score=0.0, tool="search")
-    assert shown_document_ids(person) == [7]
+    assert shown_document_ids(person) == [7, 11]
     assert shown_document_ids(page) == [9]
     # A stored turn keeps the documents the person block lists (what a later page shows under
     # them), and only their title, link, role and location; other blocks keep no metadata.

@@ -705,6 +705,9 @@ def test_asking_who_knows_a_topic_is_answered_by_the_people_credited_not_by_the_
     assert verdict.missing_focus == "knows" and verdict.status == PARTIAL, verdict
     verdict = judge("Who approves the billing deploy?", [person, commit], scope)
     assert verdict.missing_focus == "approves" and verdict.status == PARTIAL, verdict
+    # ... also beside a clause asking who knows: only the asking words are set aside.
+    verdict = judge("Who approves the billing deploy, and who knows about it?", [person, commit], scope)
+    assert verdict.missing_focus == "approves" and verdict.status == PARTIAL, verdict
 
 
 @pytest.mark.django_db

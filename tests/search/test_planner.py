@@ -15,6 +15,24 @@ from tests.llm_server import FakeOpenAIServer
 @pytest.mark.parametrize(
     "question",
     [
+        "Who did the March outage affect?",  # "who" is the object of did/does: nobody's work is asked for
+        "Who does the refund policy apply to?",
+        "Who did we send the invoice to?",
+        "Who does Maria report to?",
+        "Who did the CEO thank in the all-hands?",
+        "Who approved the refund?",  # an act a document records: the search answers it
+    ],
+)
+def test_questions_about_someone_other_than_an_author_do_not_add_who_knows(question):
+    from search.pipeline.answer_types import asks_for_expertise
+
+    assert not asks_for_expertise(question)
+    assert "who_knows" not in rule_plan(question).tool_names
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
         "Who knows about the billing retry logic?",
         "who owns the deploy pipeline",
         "Who is the expert on OAuth2 scopes?",
@@ -27,6 +45,9 @@ from tests.llm_server import FakeOpenAIServer
         "who is familiar with the Slack connector?",
         "Who should we talk to about SSO?",
         "experts on OAuth2 scopes?",
+        "Who would know about the billing retries?",
+        "Who's the person to ask about SSO?",
+        "Who did that?",
     ],
 )
 def test_people_questions_add_who_knows_after_search(question):
