@@ -55,6 +55,34 @@ def _block(n, title, text, *, kind="doc_section", lexical_rank=None, similarity=
     )
 
 
+def _credited_person_and_commit() -> tuple[Evidence, Evidence]:
+    """A commit about the billing deploy ([2]) and the who_knows person block its author earns
+    from it ([1])."""
+    commit = _block(
+        2,
+        "Billing deploy: release from the ops repository with make release",
+        "Deploying the billing service runs make release from the ops repository; a deploy takes ten minutes.",
+        kind="commit",
+        lexical_rank=1,
+        dense_rank=1,
+        similarity=0.7,
+    )
+    person = Evidence(
+        n=1,
+        document_id=-1,
+        kind="person",
+        title="Ana Ruiz",
+        url="",
+        text="Ana Ruiz wrote or took part in 1 of the documents found for this question (credit score 1.00).",
+        score=1.0,
+        tool="who_knows",
+        lexical_rank=1,
+        similarity=0.7,
+        metadata={"documents": [{"document_id": 2, "title": commit.title, "role": "author", "credit": 1.0}]},
+    )
+    return person, commit
+
+
 @pytest.mark.parametrize(
     ("text", "declines"),
     [
@@ -514,28 +542,7 @@ def test_the_llm_sufficiency_judgement_can_decline_and_falls_back_to_the_model(k
 def test_the_llm_is_not_asked_whether_passages_state_who_knows_what_the_who_knows_tool_credits(kb, settings):
     """The people credited are the answer to "who knows X", which no passage states: an LLM
     asked whether the passages say it would decline every such question."""
-    commit = _block(
-        2,
-        "Billing deploy: release from the ops repository with make release",
-        "Deploying the billing service runs make release from the ops repository.",
-        kind="commit",
-        lexical_rank=1,
-        dense_rank=1,
-        similarity=0.7,
-    )
-    person = Evidence(
-        n=1,
-        document_id=-1,
-        kind="person",
-        title="Ana Ruiz",
-        url="",
-        text="Ana Ruiz wrote or took part in 1 of the documents found for this question (credit score 1.00).",
-        score=1.0,
-        tool="who_knows",
-        lexical_rank=1,
-        similarity=0.7,
-        metadata={"documents": [{"document_id": 2, "title": commit.title, "role": "author", "credit": 1.0}]},
-    )
+    person, commit = _credited_person_and_commit()
     with FakeOpenAIServer(lambda body: '{"answer": "no"}') as server:
         settings.OPENAI_BASE_URL, settings.KB_LLM_MODEL = server.base_url, "m"
         verdict = judge("Who knows about the billing deploy?", [person, commit], scope_for_user(kb.acme.admin))
@@ -670,28 +677,7 @@ def test_asking_who_knows_a_topic_is_answered_by_the_people_credited_not_by_the_
     credited, the question is read as any other (the evidence must say who), and a question asking
     for an act a document records ("Who approves ...") keeps its focus either way."""
     scope = scope_for_user(kb.acme.admin)
-    commit = _block(
-        2,
-        "Billing deploy: release from the ops repository with make release",
-        "Deploying the billing service runs make release from the ops repository; a deploy takes ten minutes.",
-        kind="commit",
-        lexical_rank=1,
-        dense_rank=1,
-        similarity=0.7,
-    )
-    person = Evidence(
-        n=1,
-        document_id=-1,
-        kind="person",
-        title="Ana Ruiz",
-        url="",
-        text="Ana Ruiz wrote or took part in 1 of the documents found for this question (credit score 1.00).",
-        score=1.0,
-        tool="who_knows",
-        lexical_rank=1,
-        similarity=0.7,
-        metadata={"documents": [{"document_id": 2, "title": commit.title, "role": "author", "credit": 1.0}]},
-    )
+    person, commit = _credited_person_and_commit()
     for question in ("Who can I ask about the billing deploy?", "Who knows about the billing deploy?"):
         verdict = judge(question, [person, commit], scope)
         assert verdict.status == ANSWERED and not verdict.missing_focus, (question, verdict)
