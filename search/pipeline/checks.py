@@ -11,6 +11,7 @@ look for what a language model may invent apply to LLM drafts only (``llm_only``
   each sentence a block supports gets its ``[n]``; when none is, the draft cannot stand.
 - ``unsupported_names``: code, field or ``#channel`` names no evidence block (nor the question)
   holds.
+- ``names_no_person``: an answer to who knows a topic naming none of the people credited for it.
 - ``unstated_type``: no value of the form the question asks for (a Slack channel, a count, ...).
 - ``ungrounded_values``: an asked-for channel, email, link or version none of the cited blocks
   holds.
@@ -37,6 +38,7 @@ from search.pipeline.drafts import CLOSEST_HEADER, Draft, closest_lines
 from search.pipeline.evidence import Evidence, evidence_text
 from search.pipeline.extractive import extractive_answer
 from search.pipeline.gate import Verdict, text_declines
+from search.pipeline.passages import credits_people
 from search.pipeline.synthesizer import LLM_EVIDENCE_BLOCKS, prompt_text
 from search.text import content_terms
 
@@ -254,7 +256,8 @@ def _is_illustration(name: str, own: set[str], known: str) -> bool:
 
 
 def invented_names(question: str, text: str, evidence: Sequence[Evidence]) -> list[str]:
-    """Names the answer writes (back-ticked spans, ``snake_case`` words, ``#channel`` names) that
+    """Names the answer writes (back-ticked spans, not counting escaped backticks; ``snake_case``
+    words; ``#channel`` names) that
     neither the question nor any evidence block's document (title, the whole row, context, and a
     thread's channel as ``#name``) contains, compared without case or spacing differences, in answer order, each
     once. A channel is matched with its ``#``: a thread's word "deploys" does not make
@@ -264,7 +267,8 @@ def invented_names(question: str, text: str, evidence: Sequence[Evidence]) -> li
     known = known_text(evidence, question)
     own = example_names(text)
     names: list[str] = []
-    for match in _ANSWER_NAME.finditer(text):
+    # A backslash-escaped backtick is a character of the text (a quoted title), not a code span's edge.
+    for match in _ANSWER_NAME.finditer(text.replace("\\`", "'")):
         name = _flat(match.group(1) or match.group(0))
         if not name or name in names or _EXAMPLE_HOST.match(name) or holds_whole(known, name):
             continue
@@ -342,6 +346,29 @@ def check_ungrounded_values(c: CheckInput) -> Finding | None:
     )
 
 
+# -- names_no_person -----------------------------------------------------------------------------
+
+
+def check_names_no_person(c: CheckInput) -> Finding | None:
+    """An LLM answer to who knows a topic, when the ``who_knows`` tool credited people for the
+    evidence that answers it (``passages.credits_people``), that names none of them (a person
+    block's name, or an alias, as written): it answers another question ("the tutorial is in the
+    security chapter"). Under the answered verdict the extractive answer, which names them,
+    replaces it."""
+    if c.synthesizer != "llm" or not c.verdict.answered or not credits_people(c.question, c.evidence):
+        return None
+    people = [ev for ev in c.evidence if ev.kind == "person" and ev.is_relevant]
+    names = {n.casefold() for ev in people for n in [ev.title, *(ev.metadata.get("aliases") or [])] if n}
+    text = c.text.casefold()
+    if any(name in text for name in names):
+        return None
+    logger.info("LLM answer to a who-knows question names no one credited: %.200s", c.text)
+    return Finding(
+        error="the language model's answer names none of the people credited for the question; a note says so",
+        note="The answer names none of the people the sources credit for this.",
+    )
+
+
 CHECKS: tuple[AnswerCheck, ...] = (
     AnswerCheck(
         "declines_answered",
@@ -362,6 +389,12 @@ CHECKS: tuple[AnswerCheck, ...] = (
         "code, field or #channel names that no evidence block nor the question holds",
         "the extractive answer under an answered verdict, else a note naming them; declined",
         check_unsupported_names,
+    ),
+    AnswerCheck(
+        "names_no_person",
+        "an LLM answer to who knows a topic that names none of the people the who_knows tool credited for it",
+        "the extractive answer under an answered verdict, else a note saying so; declined",
+        check_names_no_person,
     ),
     AnswerCheck(
         "unstated_type",

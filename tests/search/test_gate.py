@@ -551,6 +551,31 @@ def test_the_llm_is_not_asked_whether_passages_state_who_knows_what_the_who_know
 
 
 @pytest.mark.django_db
+def test_an_llm_answer_to_who_knows_that_names_no_one_credited_gives_way_to_the_people(kb):
+    """An LLM draft answering "who can I ask about X" with where X is documented names none of
+    the people credited: the extractive answer, naming them, replaces it; a draft naming one
+    stands."""
+    from search.pipeline.checks import check_answer
+    from search.pipeline.drafts import Draft
+
+    person, commit = _credited_person_and_commit()
+    question = "Who can I ask about the billing deploy?"
+    verdict = judge(question, [person, commit], scope_for_user(kb.acme.admin))
+    assert verdict.status == ANSWERED, verdict
+    elsewhere = Draft(
+        text="The billing deploy is described in the ops runbook [2].", cited=[2], synthesizer="llm", answers=True
+    )
+    answer = check_answer(question, [person, commit], verdict, elsewhere)
+    assert answer.answered and "names_no_person" in answer.checks, answer
+    assert answer.text.startswith("- **Ana Ruiz** wrote document") and answer.synthesizer == "extractive"
+    named = Draft(
+        text="Ask Ana Ruiz, who wrote the billing deploy commit [1][2].", cited=[1, 2], synthesizer="llm", answers=True
+    )
+    answer = check_answer(question, [person, commit], verdict, named)
+    assert answer.answered and answer.checks == [] and answer.text == named.text
+
+
+@pytest.mark.django_db
 def test_the_llm_is_not_asked_when_the_evidence_model_already_declines(kb, settings):
     evidence = [
         _block(

@@ -280,6 +280,16 @@ def test_invented_names_are_those_no_block_or_question_holds():
     assert invented_names("How do I deploy?", answer, evidence) == ["build_sequence", "retry_count"]
 
 
+def test_an_escaped_backtick_in_a_quoted_title_opens_no_code_name():
+    """A title quoted with its backticks escaped (Markdown text, "Update \\`docs/x.md\\`") is
+    text, not a code span: only real spans are looked for."""
+    from search.pipeline.checks import invented_names
+
+    evidence = [_block(1, "Docs", "Update includes in `docs/tutorial/jwt.md`.")]
+    answer = "Ana authored commit “Update includes in \\`docs/tutorial/jwt.md\\` (\\#12)” and changed `docs/a.md` [1]."
+    assert invented_names("Who knows the JWT docs?", answer, evidence) == ["docs/a.md"]
+
+
 def test_names_an_answer_code_example_defines_are_not_invented_but_names_it_uses_are():
     """An LLM's illustrative code defines its own function, variable and path-parameter names
     (and may use an RFC 2606 example URL): those claim nothing about the sources. A parameter
