@@ -162,8 +162,19 @@ def llm_plan(question: str, *, indexed_kinds: dict[str, int], tries: int = 2) ->
 
 
 def make_plan(question: str, *, indexed_kinds: dict[str, int]) -> Plan:
-    """The plan for ``question``: LLM planner when configured, else the rule-based one."""
+    """The plan for ``question``: the LLM planner's when one is configured, with every tool the
+    rule-based plan calls that it lacks added after its own calls (querying the question), else
+    the rule-based one. The rules read the question's form (an identifier, "who knows",
+    "what changed"), which a small model's plan often misses, and a failed LLM plan (``search``
+    alone) keeps them too: "Who can I ask about X?" needs the people the ``who_knows`` tool credits,
+    whoever planned."""
     load_tools()
-    if llm_configured():
-        return llm_plan(question, indexed_kinds=indexed_kinds)
-    return rule_plan(question)
+    rules = rule_plan(question)
+    if not llm_configured():
+        return rules
+    plan = llm_plan(question, indexed_kinds=indexed_kinds)
+    planned = set(plan.tool_names)
+    missing = [c for c in rules.calls if c.tool not in planned]
+    if not missing:
+        return plan
+    return Plan(calls=[*plan.calls, *missing], planner=plan.planner, errors=plan.errors)

@@ -134,6 +134,19 @@ def test_llm_plan_may_pick_who_knows_and_subsystem_index(settings):
     assert "- who_knows:" in system and "- subsystem_index:" in system
 
 
+@pytest.mark.parametrize("reply", ['{"tools": [{"name": "search", "query": "billing retries"}]}', "not json"])
+def test_with_an_llm_the_plan_keeps_the_tools_the_rules_add(settings, reply):
+    """A model's plan (or its failure: search alone) that leaves out the tool the question's form
+    calls for gets it added after its own calls: "who can I ask" needs who_knows whoever planned."""
+    from search.pipeline.planner import make_plan
+
+    with FakeOpenAIServer(lambda body: reply) as server:
+        settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY, settings.KB_LLM_MODEL = server.base_url, "test", "m"
+        plan = make_plan("Who can I ask about the billing retries?", indexed_kinds={})
+    assert plan.tool_names[0] == "search" and plan.tool_names.count("who_knows") == 1
+    assert ("who_knows", "Who can I ask about the billing retries?") in [(c.tool, c.query) for c in plan.calls]
+
+
 def test_llm_plan_searches_the_question_itself_whatever_the_model_rewrites(settings):
     """A small model rewrote questions into unrelated queries ("python programming"): its
     search queries are added after the question's own search, never instead of it."""
