@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -57,18 +58,25 @@ def forget_request_memo(*args, **kwargs) -> None:
         memo["__depth__"] = depth
 
 
+def _once_per_request(key: tuple, read: Callable[[], Any]) -> Any:
+    """``read()``, or what it returned earlier in this request (:func:`_request_memo`)."""
+    memo = _request_memo()
+    if memo is None:
+        return read()
+    if key not in memo:
+        memo[key] = read()
+    return memo[key]
+
+
+def _memberships(user) -> list[Membership]:
+    with user_context(user.pk):
+        return list(Membership.all_tenants.filter(user=user).select_related("tenant"))
+
+
 def membership_list_for_user(user) -> list[Membership]:
     """The user's memberships across tenants (read under the user's own RLS clause; once per
     request, :func:`_request_memo`)."""
-    memo = _request_memo()
-    key = ("memberships", user.pk)
-    if memo is not None and key in memo:
-        return list(memo[key])
-    with user_context(user.pk):
-        memberships = list(Membership.all_tenants.filter(user=user).select_related("tenant"))
-    if memo is not None:
-        memo[key] = memberships
-    return list(memberships)
+    return list(_once_per_request(("memberships", user.pk), lambda: _memberships(user)))
 
 
 def user_tenant_id(user) -> int | None:
@@ -80,14 +88,7 @@ def _tenant_of(user, memberships: list[Membership]) -> int | None:
     """:func:`user_tenant_id` from the user's memberships, read once by the caller."""
     if not memberships:
         return None
-    memo = _request_memo()
-    key = ("profile", user.pk)
-    if memo is not None and key in memo:
-        profile = memo[key]
-    else:
-        profile = Profile.objects.filter(user=user).first()
-        if memo is not None:
-            memo[key] = profile
+    profile = _once_per_request(("profile", user.pk), lambda: Profile.objects.filter(user=user).first())
     if profile and profile.tenant_id and any(m.tenant_id == profile.tenant_id for m in memberships):
         return profile.tenant_id
     return memberships[0].tenant_id

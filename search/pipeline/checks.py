@@ -38,7 +38,6 @@ from search.pipeline.drafts import CLOSEST_HEADER, Draft, closest_lines
 from search.pipeline.evidence import Evidence, evidence_text
 from search.pipeline.extractive import extractive_answer
 from search.pipeline.gate import Verdict, text_declines
-from search.pipeline.passages import credits_people
 from search.pipeline.synthesizer import LLM_EVIDENCE_BLOCKS, prompt_text
 from search.text import content_terms
 
@@ -351,11 +350,12 @@ def check_ungrounded_values(c: CheckInput) -> Finding | None:
 
 def check_names_no_person(c: CheckInput) -> Finding | None:
     """An LLM answer to who knows a topic, when the ``who_knows`` tool credited people for the
-    evidence that answers it (``passages.credits_people``), that names none of them (a person
+    evidence that answers it (``ScoredEvidence.credited_asking``), that names none of them (a person
     block's name, or an alias, as written): it answers another question ("the tutorial is in the
     security chapter"). Under the answered verdict the extractive answer, which names them,
     replaces it."""
-    if c.synthesizer != "llm" or not c.verdict.answered or not credits_people(c.question, c.evidence):
+    scored = c.verdict.scored
+    if c.synthesizer != "llm" or not c.verdict.answered or scored is None or not scored.credited_asking:
         return None
     people = [ev for ev in c.evidence if ev.kind == "person" and ev.is_relevant]
     names = {n.casefold() for ev in people for n in [ev.title, *(ev.metadata.get("aliases") or [])] if n}

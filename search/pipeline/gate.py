@@ -71,7 +71,6 @@ from search.llm import llm_client, llm_configured
 from search.pipeline.answer_types import (
     asked_answer_type,
     counted_focus,
-    expertise_words,
     names_someone,
     party_focus,
     question_focus,
@@ -82,7 +81,6 @@ from search.pipeline.passages import (
     Passage,
     ScoredEvidence,
     answering_passages,
-    credits_people,
     is_code,
     lexeme_sets,
     score_evidence,
@@ -288,7 +286,8 @@ def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evid
     of a block they come from holds it (as a PostgreSQL English lexeme, so "approved" meets
     "approval"); else ``""``. Code is read in other words than its question's ("which
     function parses ..."), so answering passages that are all code are never held to it; nor is a
-    question whose people the ``who_knows`` tool credited (:func:`passages.credits_people`).
+    focus that is one of the words asking who knows a topic, once the ``who_knows`` tool credited
+    people for it (``ScoredEvidence.credited_asking``).
 
     An agent noun the stemmer cuts to its verb or action ("commander" -> ``command``, "reviewer"
     -> ``review``, :func:`agent_noun`) is looked for as written (singular, plural or possessive),
@@ -298,7 +297,7 @@ def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evid
     chosen = answering_passages(scored)
     if focus is None or not chosen:
         return ""
-    if credits_people(question, evidence) and focus.lower() in expertise_words(question):
+    if focus.lower() in scored.credited_asking:
         return ""  # the asking words themselves ("knows", "set up"), not another clause's focus
     by_n = {ev.n: ev for ev in evidence}
     if all(p.code or is_code(by_n[p.n]) for p in chosen):
@@ -366,9 +365,10 @@ def name_beside_focus(question: str, scored: ScoredEvidence, evidence: Sequence[
     stands near the focus (Moldovan et al., ACL 2000), as for :func:`number_beside_focus`. True
     when the rule does not apply: no such focus, no passage holds it, only code does, or a block
     title or heading names it (the text under "Customer" is about the customer, whichever sentence
-    names it), or the ``who_knows`` tool credited people for the question (``credits_people``)."""
+    names it), or the focus asks who knows a topic whose people the ``who_knows`` tool credited
+    (``ScoredEvidence.credited_asking``)."""
     focus = party_focus(question)
-    if focus is None or (credits_people(question, evidence) and focus.lower() in expertise_words(question)):
+    if focus is None or focus.lower() in scored.credited_asking:
         return True  # the who_knows tool's person blocks name them
     holders = focus_holders(focus, scored, evidence)
     if holders is None:
@@ -484,7 +484,7 @@ def judge(question: str, evidence: list[Evidence], scope: QueryScope) -> Verdict
     answerable, decided_by = probability >= ANSWERED_PROBABILITY, "evidence"
     # Who knows a topic is answered by the people the who_knows tool credits, which no passage
     # states: the LLM is not asked whether the passages say it.
-    asks_llm = answerable and llm_configured() and not credits_people(question, evidence)
+    asks_llm = answerable and llm_configured() and not scored.credited_asking
     judged = llm_sufficiency(question, evidence, scored) if asks_llm else None
     if judged is not None:
         # Either saying no declines: the model's "no" stands, and the LLM's "no" overrules its "yes".

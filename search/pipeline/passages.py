@@ -148,6 +148,9 @@ class ScoredEvidence:
     # The lexemes of the sentences that ask (each asked clause with the words leading it): a term
     # only the question's other sentences hold describes the asker's situation (gate.asked_weights).
     asked_lexemes: frozenset[str] = frozenset()
+    # The words asking who knows a topic ("knows", "can I ask"), when the who_knows tool credited
+    # people for its evidence (:func:`credits_people`): no term here, and no focus for the gate.
+    credited_asking: tuple[str, ...] = ()
 
     def coverage_of(self, lexemes: frozenset[str] | set[str], weights: dict[str, float] | None = None) -> float:
         """The share of the question's weight (``weights``, by default ``self.weights``) ``lexemes`` hold."""
@@ -482,9 +485,8 @@ def score_evidence(
     asking = " ".join(f"{c.context} {c.text}" for c in every_clause)  # a fourth clause still asks
     variant_pairs = [(w, v) for w in sorted({w.lower() for w in WORD.findall(question)}) for v in word_variants(w)]
     variant_texts = [text for pair in variant_pairs for text in pair]
-    not_terms = function_words(question) + answer_form_words(question)
-    if credits_people(question, evidence):
-        not_terms += expertise_words(question)
+    credited_asking = tuple(expertise_words(question)) if credits_people(question, evidence) else ()
+    not_terms = function_words(question) + answer_form_words(question) + list(credited_asking)
     lexemes = lexeme_sets(
         [" ".join(not_terms), question, asking, *clause_texts]
         + [*variant_texts, *block_texts]
@@ -501,7 +503,9 @@ def score_evidence(
         rest[len(blocks) : 2 * len(blocks)],
         rest[2 * len(blocks) :],
     )
-    scored = ScoredEvidence(weights=question_weights(q_lexemes, df, n_rows), asked_lexemes=asking_lex)
+    scored = ScoredEvidence(
+        weights=question_weights(q_lexemes, df, n_rows), asked_lexemes=asking_lex, credited_asking=credited_asking
+    )
     top_score = max((ev.score for ev in blocks), default=0.0)
     titles = {}
     block_lex, title_lex, passage_lex = (
