@@ -2,7 +2,7 @@
 
 Usage:
 
-    .venv/bin/python bench/load.py [--users 5,20,50] [--seconds 30] [--think 0] [--mix all|search]
+    .venv/bin/python bench/load.py [--users 5,20,50] [--seconds 30] [--think 0 | --pace S] [--mix all|search]
 
 1. Sets up the tenant ``bench-load`` in the configured database (the embedded server by
    default): a user, one API token, and a docs data source over the FastAPI documentation in
@@ -15,7 +15,10 @@ Usage:
 3. For each user count, runs Locust headless (``bench/locustfile.py``; ``--mix all``: web
    search, API search, web answer, API answer, weights 3:3:1:1; ``--mix search``: the two
    searches) for ``--seconds`` with no think time by default (closed loop: each user sends its
-   next request when the last one is answered), and reads its CSV statistics. Locust runs on
+   next request when the last one is answered; ``--think S``: a pause of S seconds after each
+   answer; ``--pace S``: each user starts one request every S seconds, as a person searching at
+   that rate would, so the offered load is users / S requests per second and the latency is
+   what each of them waits), and reads its CSV statistics. Locust runs on
    the same cores as the server, as on a one-machine install.
 4. Checks the audit log against what the server answered (its access log, over the measured
    levels): one ``api.call`` event per API request whatever its status, one ``search`` event
@@ -182,7 +185,7 @@ def served(log: Path, start: int, end: int) -> dict[str, int]:
 
 
 def run_level(
-    base: str, users: int, seconds: int, think: float, env: dict, workdir: Path, user_class: str
+    base: str, users: int, seconds: int, think: float, env: dict, workdir: Path, user_class: str, pace: float = 0.0
 ) -> dict[str, dict]:
     prefix = workdir / f"u{users}"
     cmd = [
@@ -209,7 +212,8 @@ def run_level(
         "WARNING",
         user_class,
     ]
-    subprocess.run(cmd, env={**env, "KB_LOAD_THINK_SECONDS": str(think)}, check=False, stdout=subprocess.DEVNULL)
+    pacing = {"KB_LOAD_THINK_SECONDS": str(think), "KB_LOAD_PACE_SECONDS": str(pace)}
+    subprocess.run(cmd, env={**env, **pacing}, check=False, stdout=subprocess.DEVNULL)
     stats = {}
     with open(f"{prefix}_stats.csv") as handle:
         for row in csv.DictReader(handle):
@@ -228,6 +232,9 @@ def main() -> None:
     parser.add_argument("--users", default="5,20,50", help="comma-separated concurrent user counts")
     parser.add_argument("--seconds", type=int, default=30, help="how long each user count runs")
     parser.add_argument("--think", type=float, default=0.0, help="each user's pause between requests (s)")
+    parser.add_argument(
+        "--pace", type=float, default=0.0, help="each user starts one request every PACE seconds (overrides --think)"
+    )
     parser.add_argument("--mix", choices=["all", "search"], default="all", help="the requests each user sends")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--workers", type=int, default=0, help="gunicorn workers (default: serve's, one per core)")
@@ -270,7 +277,8 @@ def main() -> None:
         time.sleep(1)
         before, log_start = audit_counts(tenant_id), log_path.stat().st_size
         results = {
-            users: run_level(base, users, args.seconds, args.think, env, workdir, user_class) for users in levels
+            users: run_level(base, users, args.seconds, args.think, env, workdir, user_class, args.pace)
+            for users in levels
         }
         time.sleep(2)  # the last requests' access log lines
         after, log_end = audit_counts(tenant_id), log_path.stat().st_size
@@ -278,8 +286,9 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=60)
     print(
-        f"\n{len(queries)} queries; mix {args.mix}; {args.seconds}s per level; think time {args.think}s; "
-        f"server log {log_path}"
+        f"\n{len(queries)} queries; mix {args.mix}; {args.seconds}s per level; "
+        + (f"pace: one request per user every {args.pace}s; " if args.pace else f"think time {args.think}s; ")
+        + f"server log {log_path}"
     )
     for users, stats in results.items():
         print(f"\n{users} users")

@@ -7,7 +7,10 @@ limit out of the measurement) and holding an API token. Each task picks a query 
 (``GET /search/?q=``), an API search (``GET /api/v1/search``), a web answer without an LLM
 (``GET /?q=``, the whole answer page) and an API answer (``POST /api/v1/ask``). A response
 other than 200, or a page without the expected marker, is a failure. ``KB_LOAD_THINK_SECONDS``
-(default 0) is each user's pause between requests. ``SearchUser`` does the two searches only.
+(default 0) is each user's pause between requests; ``KB_LOAD_PACE_SECONDS``, when set, is instead
+the interval at which each user starts a request (Locust's ``constant_pacing``: a user sends one
+request per interval whatever the latency, unless a request takes longer, so 20 users at 1 s ask
+for 20 requests/s). ``SearchUser`` does the two searches only.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import json
 import os
 import random
 
-from locust import HttpUser, constant
+from locust import HttpUser, constant, constant_pacing
 
+PACE = float(os.environ.get("KB_LOAD_PACE_SECONDS") or 0)
 QUERIES: list[str] = json.loads(open(os.environ["KB_LOAD_QUERIES"]).read())
 SESSION = os.environ["KB_LOAD_SESSION"]
 API = {"Authorization": f"Bearer {os.environ['KB_LOAD_TOKEN']}"}
@@ -45,7 +49,7 @@ def api_ask(user: HttpUser) -> None:
 
 class _SignedIn(HttpUser):
     abstract = True
-    wait_time = constant(float(os.environ.get("KB_LOAD_THINK_SECONDS", "0")))
+    wait_time = constant_pacing(PACE) if PACE > 0 else constant(float(os.environ.get("KB_LOAD_THINK_SECONDS", "0")))
 
     def on_start(self) -> None:
         self.client.cookies.set("sessionid", SESSION)
