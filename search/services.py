@@ -91,7 +91,7 @@ class AskResult:
 
 def verdict_dict(verdict: Verdict | None) -> dict[str, Any] | None:
     """The gate's verdict as JSON: ``status``, ``decided_by``, ``probability``, ``missing_terms``,
-    ``missing_focus``, ``missing_type``, ``features``."""
+    ``missing_focus``, ``missing_type``, ``still_open``, ``features``."""
     if verdict is None:
         return None
     return {
@@ -101,6 +101,7 @@ def verdict_dict(verdict: Verdict | None) -> dict[str, Any] | None:
         "missing_terms": list(verdict.missing_terms),
         "missing_focus": verdict.missing_focus,
         "missing_type": verdict.missing_type,
+        "still_open": verdict.still_open,
         "features": verdict.features,
     }
 
@@ -137,8 +138,8 @@ class AskEvent:
       question, text, verified_by, verified_at, stale, similarity, sources} | null, text, answered,
       synthesizer, cited: [n], sources: [Evidence.as_dict()],
       removed_citations: [n], error, fallback, checks: [name], verdict: {status, decided_by, probability,
-      missing_terms, missing_focus, missing_type, features}, timings_ms: {plan, tools, gate, first_token, synthesize,
-      total}}``
+      missing_terms, missing_focus, missing_type, still_open, features}, timings_ms: {plan, tools, gate,
+      first_token, synthesize, total}}``
 
     ``done.text`` is the final answer. The tokens concatenate to it, except when the LLM failed
     after some text was sent, wrote an answer citing no evidence (citations attributed, or a

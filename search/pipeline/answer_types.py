@@ -94,6 +94,20 @@ _MONEY = re.compile(
 _WHAT = r"\b(?:what|which)"
 _COPULA = r"(?:\s+(?:is|was|are|were)|['’]s)"
 _THE = r"\s+(?:the\s+|our\s+|their\s+|its\s+)?"
+# A measure's unit after a number ("48h", "250ms", "2GB"): a duration or a size, not a count of things.
+_MEASURE_UNITS = r"ms|s|m|h|d|w|kb|mb|gb|tb"
+_MEASURE_NOUNS = frozenset(
+    """second seconds minute minutes hour hours day days week weeks month months year years ms millisecond milliseconds
+    byte bytes kilobyte kilobytes megabyte megabytes gigabyte gigabytes terabyte terabytes kb mb gb tb""".split()
+)
+
+
+def _number_value(units: str) -> re.Pattern[str]:
+    """A number standing on its own ("3", "1,200", "2.5", "40%", with one of ``units`` after it:
+    "30s", "5GB"), not a digit of a name ("EC2", "OAuth2", "ZEBRA-4471"), or a number word."""
+    return re.compile(rf"(?<![\w.\-/#])\d+(?:[.,]\d+)*(?:%|(?:{units})\b)?(?![\w-])|\b(?:{_NUMBER_WORDS})\b", re.I)
+
+
 ANSWER_TYPES = (
     AnswerType(
         "Slack channel",
@@ -200,12 +214,7 @@ ANSWER_TYPES = (
             r"|\b(?:which|what)\s+(?:[\w-]+\s+){0,2}?(?:tcp\s+|udp\s+)?ports?\b(?!\s+(?:of|from)\b)",
             re.I,
         ),
-        # a number standing on its own ("3", "1,200", "2.5", "40%", "30s", "5GB"), not a digit of a
-        # name ("EC2", "OAuth2", "ZEBRA-4471"), or a number word
-        re.compile(
-            rf"(?<![\w.\-/#])\d+(?:[.,]\d+)*(?:%|(?:k|x|ms|s|m|h|d|w|kb|mb|gb|tb)\b)?(?![\w-])|\b(?:{_NUMBER_WORDS})\b",
-            re.I,
-        ),
+        _number_value(f"k|x|{_MEASURE_UNITS}"),
         verbatim=False,  # "how many writeups …" is counted across sources, not copied from one
         ignored=_NOT_A_COUNT,
     ),
@@ -224,11 +233,29 @@ ANSWER_TYPES = (
         verbatim=False,  # a date an answer gives may be written otherwise in the source
     ),
 )
+# A count of things: a number or number word with no unit of time or size after it.
+COUNT_OF_THINGS = AnswerType(
+    "number",
+    next(t for t in ANSWER_TYPES if t.label == "number").question,
+    _number_value("k|x"),
+    verbatim=False,
+    ignored=_NOT_A_COUNT,
+)
 
 
 def asked_answer_type(question: str) -> AnswerType | None:
-    """The form of answer ``question`` asks for (``ANSWER_TYPES``, first match), or ``None``."""
-    return next((t for t in ANSWER_TYPES if t.question.search(question)), None)
+    """The form of answer ``question`` asks for (``ANSWER_TYPES``, first match), or ``None``.
+
+    "How many *instances* ...", whose counted focus (:func:`counted_focus`) is a thing and not a
+    unit of time or size, asks for a count: a number with a unit ("48h", "250ms", "2GB") measures
+    a duration or a size and answers no such question (``COUNT_OF_THINGS``)."""
+    asked = next((t for t in ANSWER_TYPES if t.question.search(question)), None)
+    if asked is not None and asked.label == "number":
+        wh = _FOCUS_WH.search(QUOTED.sub(" , ", question))
+        focus = counted_focus(question) if wh and re.fullmatch(r"how\s+many", wh.group(1), re.I) else None
+        if focus is not None and focus.lower() not in _MEASURE_NOUNS:
+            return COUNT_OF_THINGS
+    return asked
 
 
 def missing_type_note(label: str) -> str:
@@ -451,6 +478,100 @@ def yes_no_focus(question: str) -> str | None:
     phrase = [w for w in words[openers[-1] + 1 :] if w not in _DETERMINERS and w not in _ADVERBS]
     head = phrase[-1] if phrase else None
     return head if head and head not in _NOT_FOCUS and _WORD_SHAPE.fullmatch(head) else None
+
+
+# Verbs a source does not write where it answers what someone did with them: reporting and
+# light verbs ("What did Maya *say* ...", "What does the page *recommend* ...", "What does it
+# *return*"), answered by the statement itself.
+_LIGHT_VERBS = frozenset(
+    """do say mean use need want get have make take look think go come see know like include contain show tell call
+    cover describe mention specify list state explain write recommend suggest propose return yield give end happen
+    expect consider change cause involve require support accept look allow expose provide offer send""".split()
+)
+_PARTICLES = frozenset("up out off down back over away".split())
+# Past forms of common verbs, which the stemmer does not bring to the verb ("found" is not "find").
+IRREGULAR_FORMS = {
+    "find": "found",
+    "buy": "bought",
+    "pay": "paid",
+    "choose": "chose chosen",
+    "break": "broke broken",
+    "run": "ran",
+    "bring": "brought",
+    "catch": "caught",
+    "sell": "sold",
+    "build": "built",
+    "win": "won",
+    "lose": "lost",
+    "spend": "spent",
+    "hold": "held",
+    "leave": "left",
+    "meet": "met",
+    "pick": "picked",
+    "feel": "felt",
+    "hear": "heard",
+    "keep": "kept",
+    "teach": "taught",
+    "think": "thought",
+    "fight": "fought",
+    "seek": "sought",
+    "drive": "drove driven",
+    "ride": "rode ridden",
+    "eat": "ate eaten",
+    "fall": "fell fallen",
+    "grow": "grew grown",
+    "throw": "threw thrown",
+    "draw": "drew drawn",
+    "begin": "began begun",
+    "sing": "sang sung",
+    "steal": "stole stolen",
+    "forget": "forgot forgotten",
+    "freeze": "froze frozen",
+    "shut": "shut",
+    "put": "put",
+    "set": "set",
+    "cut": "cut",
+    "let": "let",
+}
+
+
+def object_question_verb(question: str) -> str | None:
+    """The verb of a question asking what someone did ("What did the electrician *find* when
+    ...?", "What did the vendor *ship* ..."): a record answering it reports that act, in the verb's
+    own forms or its noun ("found", "findings"); a ticket about the inspection that never says
+    what was found is a near miss. Only "did": a past act is recorded with its verb, while "What
+    does X *verb*" asks how something behaves, which a page describes in other words (on the
+    unseen FastAPI questions the rule read "does" too and declined an answerable question).
+    ``None`` for other questions, for a light or reporting verb (``_LIGHT_VERBS``: "What did Maya
+    *say*", "What did the team *recommend*": the statement itself is the answer), and when the
+    verb is not found.
+
+    After "what/which did" come the subject and the verb, up to the first comma,
+    question mark, preposition (not "of": "the audit *of* our service *conclude*"), conjunction or
+    relative word ("... *find* when they inspected ..."): the verb is the last word before it,
+    past a particle ("send *over*") and before an "-ing" complement ("recommend *checking*"). It
+    is lower case and follows no determiner; a capitalized word (a name) is never the verb."""
+    text = QUOTED.sub(" x ", _FORMAT_CHARACTERS.sub("", question))
+    match = re.search(r"(?:^|[.;:!?—]\s*)\W*(?:what|which)\s+did\s+(.*)", text, re.I | re.S)
+    if match is None:
+        return None
+    words = [w.strip(".'’") for w in re.findall(r"[\w'’\-/.#]+|[,?;!]", match.group(1))]
+    clause: list[str] = []
+    for word in words:
+        if word in ",?;!" or (word.lower() in _FOCUS_ENDS and word.lower() != "of"):
+            break
+        clause.append(word)
+    while len(clause) > 1 and clause[-1].lower() in _PARTICLES:
+        clause.pop()
+    if len(clause) > 2 and clause[-1].lower().endswith("ing") and clause[-2][:1].islower():
+        clause.pop()  # "recommend *checking*": the complement of the verb before it
+    if len(clause) < 2 or not clause[-1][:1].islower() or clause[-2].lower() in _DETERMINERS:
+        return None
+    candidates = [clause[-1]] if _WORD_SHAPE.fullmatch(clause[-1]) else []
+    verb = candidates[0].lower() if candidates else None
+    if verb is None or verb in _LIGHT_VERBS or verb in _ADVERBS:
+        return None
+    return verb
 
 
 def counted_focus(question: str) -> str | None:

@@ -132,11 +132,19 @@ def note_text(term: str) -> str:
 
 def gate_notes(verdict: Verdict) -> list[str]:
     """The sentences opening a partial answer: the named things the evidence lacks, the question's
-    focus its answering passages never mention, and the asked form of value it holds none of.
+    focus its answering passages never mention, the best passage's saying the matter is still
+    open, and the asked form of value it holds none of.
     After a decline (``not_found``) they say what is missing, not that the sources answer in part."""
     terms = [note_text(term) for term in verdict.missing_terms]
     partial = verdict.status != "not_found"
     notes = [missing_terms_note(terms, partial=partial)] if terms else []
     if verdict.missing_focus:
         notes.append(missing_focus_note(note_text(verdict.missing_focus), partial=partial))
+    if verdict.still_open:
+        notes.append(still_open_note(verdict.still_open))
     return notes + ([missing_type_note(verdict.missing_type)] if verdict.missing_type else [])
+
+
+def still_open_note(sentence: str) -> str:
+    """The sentence opening an answer whose best passage says the matter is still open, quoting it."""
+    return f"The sources found do not answer this: they say it is not known or decided yet: “{note_text(sentence)}”"

@@ -48,6 +48,10 @@ in the organization's data (a signal that fades as the data grows):
    organization by a noun ("Which *customer* ...", "Who was the release *manager*?") whose
    sentences holding that noun name no one the question does not (:func:`name_beside_focus`):
    partial, the missing type "name".
+6. **The sources say it is still open** (:func:`still_open`): the passage holding most of the
+   question's weight says the asked matter is unknown or undecided ("investigation ongoing",
+   "root cause not yet identified", "TBD"): partial, the answer quotes it. A ticket of the right
+   incident that says its cause is still being investigated does not state the cause.
 
 Everything reads only the evidence the asker may read, so a note never reveals a restricted
 document.
@@ -69,9 +73,11 @@ from django.db import connection
 from kbportal.tenancy import tenant_context
 from search.llm import llm_client, llm_configured
 from search.pipeline.answer_types import (
+    IRREGULAR_FORMS,
     asked_answer_type,
     counted_focus,
     names_someone,
+    object_question_verb,
     party_focus,
     question_focus,
     yes_no_focus,
@@ -129,7 +135,8 @@ class Verdict:
 
     ``status``: ``answered``, ``partial`` (the evidence answers part: ``missing_terms`` names what
     it lacks, ``missing_focus`` the question's focus its answering passages never mention,
-    ``missing_type`` the asked form of value it holds none of) or ``not_found``.
+    ``missing_type`` the asked form of value it holds none of, ``still_open`` the best passage's
+    sentence saying the matter is unknown or undecided) or ``not_found``.
     ``probability`` is the model's P(answered) (``None`` without relevant evidence);
     ``decided_by``: ``"evidence"`` (the model alone), ``"evidence and llm"`` (the model let it
     through and the LLM's sufficiency judgement decided), ``"no evidence"``, or ``EMPTY_SCOPE`` (the
@@ -141,6 +148,7 @@ class Verdict:
     missing_terms: tuple[str, ...] = ()
     missing_type: str = ""
     missing_focus: str = ""
+    still_open: str = ""
     probability: float | None = None
     decided_by: str = "evidence"
     features: dict[str, float] = field(default_factory=dict)
@@ -282,7 +290,8 @@ def missing_specific_terms(question: str, evidence: Sequence[Evidence]) -> tuple
 
 def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evidence]) -> str:
     """The question's focus (``question_focus``; for a do-support yes/no question, the object it
-    asks about, ``yes_no_focus``) when no answering passage (``answering_passages``) nor the title
+    asks about, ``yes_no_focus``; for "What did X *find*", the verb, ``object_question_verb``, in
+    its forms and its past, ``IRREGULAR_FORMS``) when no answering passage (``answering_passages``) nor the title
     of a block they come from holds it (as a PostgreSQL English lexeme, so "approved" meets
     "approval"); else ``""``. Code is read in other words than its question's ("which
     function parses ..."), so answering passages that are all code are never held to it; nor is a
@@ -293,7 +302,7 @@ def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evid
     -> ``review``, :func:`agent_noun`) is looked for as written (singular, plural or possessive),
     or as its verb before "by" ("approved by Dana" names the approver): "the incident commander"
     is a person, and a passage about commands does not name one."""
-    focus = question_focus(question) or yes_no_focus(question)
+    focus = question_focus(question) or yes_no_focus(question) or object_question_verb(question)
     chosen = answering_passages(scored)
     if focus is None or not chosen:
         return ""
@@ -304,7 +313,7 @@ def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evid
         return ""
     blocks = list(dict.fromkeys(p.n for p in chosen))
     titles = [by_n[n].title for n in blocks]
-    focus_lexemes, *title_lexemes = lexeme_sets([focus, *titles])
+    focus_lexemes, *title_lexemes = lexeme_sets([f"{focus} {IRREGULAR_FORMS.get(focus.lower(), '')}", *titles])
     if agent_noun(focus, focus_lexemes):
         # The noun as written, or its verb naming the agent ("approved by Dana", "Reviewed-by:").
         singular = focus[:-1] if focus.endswith("s") else focus
@@ -313,6 +322,38 @@ def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evid
         return "" if any(written.search(text) for text in [*titles, *(p.text for p in chosen)]) else focus
     held = set().union(*(p.lexemes for p in chosen), *title_lexemes)
     return "" if not focus_lexemes or focus_lexemes & held else focus
+
+
+# A statement that the matter is not known or not decided yet (a ticket's or postmortem's open item).
+OPEN_MATTER = re.compile(
+    r"\b(?:investigation\s+(?:is\s+)?(?:still\s+)?(?:ongoing|in\s+progress|continuing)"
+    r"|(?:still\s+|currently\s+)?under\s+investigation|still\s+(?:being\s+)?investigat(?:ed|ing)"
+    r"|(?:cause|reason)\s+(?:is\s+|remains\s+)?(?:still\s+)?(?:unknown|unclear|undetermined|not\s+(?:yet\s+)?(?:known|determined|identified|found|confirmed))"
+    r"|not\s+yet\s+(?:known|determined|identified|decided|confirmed|been\s+(?:determined|identified|decided|confirmed))"
+    r"|to\s+be\s+(?:determined|decided|confirmed)|(?-i:TBD|TBC))\b",
+    re.I,
+)
+# A question about the state of a matter ("Is it still open?", "What is the status of ...") is
+# answered by a passage saying it is open.
+_ASKS_STATE = re.compile(
+    r"^\W*(?:is|are|was|were|has|have|had|did|does|do)\b|\b(?:status|progress|still|yet|ongoing|open|whether|resolved"
+    r"|known|unknown|decided|pending)\b",
+    re.I,
+)
+
+
+def still_open(question: str, scored: ScoredEvidence) -> str:
+    """The sentence of the passage holding most of the question's weight (the first
+    ``answering_passages`` would rank) that says the matter is not known or not decided yet
+    (``OPEN_MATTER``: "investigation ongoing", "root cause not yet identified", "TBD"), else
+    ``""``. Such a passage is about what the question asks and says the answer does not exist
+    yet: "What turned out to be the cause of SUP-1933?" over "SUP-1933: suspected stall under
+    peak load; investigation ongoing." ``""`` for a question about the matter's state or a
+    yes/no question (``_ASKS_STATE``: "Is the cause known yet?"), which such a passage answers."""
+    if not scored.passages or _ASKS_STATE.search(question):
+        return ""
+    best = max(scored.passages, key=lambda p: p.coverage)
+    return best.text.strip() if not best.code and OPEN_MATTER.search(best.text) else ""
 
 
 def number_beside_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evidence]) -> bool:
@@ -495,9 +536,10 @@ def judge(question: str, evidence: list[Evidence], scope: QueryScope) -> Verdict
     held = asked is None or asked.held_by(answering_text(scored, evidence))
     held = held and number_beside_focus(question, scored, evidence)
     named = not answerable or bool(missing_terms or focus) or not held or name_beside_focus(question, scored, evidence)
+    open_matter = still_open(question, scored) if answerable else ""
     if not answerable:
         status: Status = NOT_FOUND
-    elif missing_terms or focus or not held or not named:
+    elif missing_terms or focus or not held or not named or open_matter:
         status = PARTIAL
     else:
         status = ANSWERED
@@ -506,6 +548,7 @@ def judge(question: str, evidence: list[Evidence], scope: QueryScope) -> Verdict
         missing_terms=missing_terms,
         missing_type=("" if held or asked is None else asked.label) or ("" if named else "name"),
         missing_focus=focus,
+        still_open=open_matter,
         probability=round(probability, 3),
         decided_by=decided_by,
         features={k: round(v, 3) for k, v in features.items()},

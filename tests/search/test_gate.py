@@ -11,10 +11,12 @@ from search.pipeline.answer_types import (
     asked_answer_type,
     missing_focus_note,
     missing_type_note,
+    object_question_verb,
     question_focus,
     unstated_type_note,
 )
 from search.pipeline.evidence import Evidence
+from search.pipeline.drafts import still_open_note
 from search.pipeline.extractive import extractive_answer, said_key
 from search.pipeline.gate import (
     ANSWERED,
@@ -1148,3 +1150,84 @@ def test_the_name_and_yes_no_patterns_are_linear_on_100kb(payload):
     yes_no_focus(payload)
     # ~0.2 s at worst alone; a quadratic pattern takes over 20 s (the bound leaves room for a busy machine)
     assert time.perf_counter() - start < 5.0
+
+
+@pytest.mark.parametrize(
+    "question, verb",
+    [
+        ("What did the electrician find when they inspected the panel on Monday?", "find"),
+        ("What did the March security audit of our payment service conclude?", "conclude"),
+        ("What did we pick for the new alert threshold?", "pick"),
+        ("The rollout stalled. What did the on-call engineer roll back, exactly?", "roll"),
+        # reporting and light verbs: the statement itself is the answer
+        ("In the phone screen, what did Maya say about the team size?", None),
+        ("What did the facilities team recommend checking after the dips?", None),
+        ("Which firmware did they blame and what did the vendor send over?", None),
+        # "does" asks how something behaves, which pages describe in other words
+        ("What does the router yield for an included route?", None),
+        # no verb found: a preposition ends the subject before it, or a name stands last
+        ("What did the team at Acme decide?", None),
+        ("What did you ask Priya?", None),
+        ("What mistake did the engineer admit?", None),
+    ],
+)
+def test_object_question_verb_is_the_act_a_what_did_question_asks_about(question, verb):
+    assert object_question_verb(question) == verb
+
+
+@pytest.mark.django_db
+def test_a_record_of_the_visit_that_never_says_what_was_found_is_a_near_miss(kb):
+    """ "What did the electrician find ...?" over a ticket scheduling the visit: partial on "find";
+    a ticket saying what was found (the verb's irregular past) answers it."""
+    scope = scope_for_user(kb.acme.admin)
+    question = "What did the electrician find when they inspected the floor 3 breaker panel?"
+    text = (
+        "Power blips on floor 3 during lunch. Facilities inspected the floor 3 breaker panel and saw voltage dips. "
+        "Electrician scheduled to inspect the breaker panel on Thursday."
+    )
+    visit = _block(1, "Floor 3 power blips", text, lexical_rank=1, dense_rank=1, similarity=0.75)
+    verdict = judge(question, [visit], scope)
+    assert verdict.missing_focus == "find" and verdict.status == PARTIAL, verdict
+    found = " The electrician found a loose neutral in the floor 3 breaker panel and replaced it."
+    report = _block(1, visit.title, text + found, lexical_rank=1, dense_rank=1, similarity=0.75)
+    verdict = judge(question, [report], scope)
+    assert verdict.missing_focus == "" and verdict.status == ANSWERED, verdict
+
+
+@pytest.mark.django_db
+def test_a_count_of_things_is_no_duration(kb):
+    """ "How many instances ...": "48h" measures time and counts no instances; "How many hours ..."
+    is answered by it."""
+    scope = scope_for_user(kb.acme.admin)
+    text = (
+        "Cleanup of stale test instances: notify the owners of the stale test instances and wait 48h. "
+        "Terminate the stale test instances after that and record their IDs in the ticket."
+    )
+    cleanup = _block(1, "Cleanup stale test instances", text, lexical_rank=1, dense_rank=1, similarity=0.75)
+    question = "How many stale test instances were terminated in the cleanup?"
+    verdict = judge(question, [cleanup], scope)
+    assert verdict.status == PARTIAL and verdict.missing_type == "number", verdict
+    counted = _block(
+        1, cleanup.title, text + " In all, 14 stale test instances were terminated.", lexical_rank=1, dense_rank=1
+    )
+    assert judge(question, [counted], scope).missing_type == ""
+    assert judge("How many hours do the owners of stale test instances get?", [cleanup], scope).missing_type == ""
+
+
+@pytest.mark.django_db
+def test_a_passage_saying_the_matter_is_still_open_does_not_answer_it(kb):
+    """The ticket of the right incident says its cause is still being investigated: partial, and
+    the answer says so, quoting it; asked whether the cause is known, the same passage answers."""
+    scope = scope_for_user(kb.acme.admin)
+    sentence = "SUP-1933 (Umbrella, dedicated): runtime stall under peak load; investigation ongoing."
+    text = "Open escalations this week. " + sentence + " SUP-1917 (Initech): SDK timeout, resolved by an upgrade."
+    ticket = _block(1, "Streaming stalls: open escalations", text, lexical_rank=1, dense_rank=1, similarity=0.75)
+    question = "What caused the runtime stall under peak load in SUP-1933?"
+    verdict = judge(question, [ticket], scope)
+    assert verdict.status == PARTIAL and verdict.still_open == sentence, verdict
+    answer = extractive_answer(question, [ticket], verdict=verdict)
+    assert still_open_note(sentence) in answer.text and text_declines(answer.text)
+    verdict = judge("Is the cause of the runtime stall in SUP-1933 known yet?", [ticket], scope)
+    assert verdict.still_open == "", verdict
+    resolved = _block(1, ticket.title, text.replace("investigation ongoing", "caused by a full disk"), lexical_rank=1)
+    assert judge(question, [resolved], scope).still_open == ""
