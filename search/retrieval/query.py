@@ -227,9 +227,13 @@ _HISTORY_WORDS = re.compile(
     r"\b(commits?|pull requests?|PRs?|changelog|what changed|was fixed|got fixed|regression)\b",
     re.I,
 )
+# "How do I / how can we / how to ...": a task, which guides and tutorials explain (the definitions
+# that implement it answer "which function ..." instead).
+_HOW_TO_WORDS = re.compile(r"\bhow\s+(?:do|can|could|should|would)\s+(?:I|we|you|one)\b|\bhow\s+to\b", re.I)
 _INTENTS: dict[str, tuple[tuple[re.Pattern[str], ...], tuple[str, ...]]] = {
     "code": ((_CODE_WORDS, _CODE_IDENTIFIER), ("code_chunk", "code_file")),
     "history": ((_HISTORY_WORDS,), ("commit", "pr")),
+    "docs": ((_HOW_TO_WORDS,), ("doc_section", "doc_page")),
 }
 
 
@@ -255,7 +259,8 @@ def query_intents(query: str) -> dict[str, tuple[str, ...]]:
     """Families of row kinds the question explicitly asks for: ``{"code": kinds, ...}``.
 
     "Which function...", "where is X defined", a named identifier -> code; "recent change",
-    "commit", "PR" -> history. Matching is on the question's wording, never on a data set.
+    "commit", "PR" -> history; "how do I ...", "how to ..." -> docs (guides explain a task).
+    Matching is on the question's wording, never on a data set.
     """
     return {name: kinds for name, (patterns, kinds) in _INTENTS.items() if any(p.search(query) for p in patterns)}
 
