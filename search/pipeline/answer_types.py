@@ -486,52 +486,21 @@ def yes_no_focus(question: str) -> str | None:
 _LIGHT_VERBS = frozenset(
     """do say mean use need want get have make take look think go come see know like include contain show tell call
     cover describe mention specify list state explain write recommend suggest propose return yield give end happen
-    expect consider change cause involve require support accept look allow expose provide offer send""".split()
+    expect consider change cause involve require support accept allow expose provide offer send""".split()
 )
 _PARTICLES = frozenset("up out off down back over away".split())
 # Past forms of common verbs, which the stemmer does not bring to the verb ("found" is not "find").
-IRREGULAR_FORMS = {
-    "find": "found",
-    "buy": "bought",
-    "pay": "paid",
-    "choose": "chose chosen",
-    "break": "broke broken",
-    "run": "ran",
-    "bring": "brought",
-    "catch": "caught",
-    "sell": "sold",
-    "build": "built",
-    "win": "won",
-    "lose": "lost",
-    "spend": "spent",
-    "hold": "held",
-    "leave": "left",
-    "meet": "met",
-    "pick": "picked",
-    "feel": "felt",
-    "hear": "heard",
-    "keep": "kept",
-    "teach": "taught",
-    "think": "thought",
-    "fight": "fought",
-    "seek": "sought",
-    "drive": "drove driven",
-    "ride": "rode ridden",
-    "eat": "ate eaten",
-    "fall": "fell fallen",
-    "grow": "grew grown",
-    "throw": "threw thrown",
-    "draw": "drew drawn",
-    "begin": "began begun",
-    "sing": "sang sung",
-    "steal": "stole stolen",
-    "forget": "forgot forgotten",
-    "freeze": "froze frozen",
-    "shut": "shut",
-    "put": "put",
-    "set": "set",
-    "cut": "cut",
-    "let": "let",
+IRREGULAR_FORMS = {  # "choose": "chose chosen"
+    verb: forms.replace(",", " ")
+    for verb, forms in (
+        entry.split(":")
+        for entry in """find:found buy:bought pay:paid choose:chose,chosen break:broke,broken run:ran bring:brought
+    catch:caught sell:sold build:built win:won lose:lost spend:spent hold:held leave:left meet:met feel:felt hear:heard
+    keep:kept teach:taught fight:fought seek:sought drive:drove,driven ride:rode,ridden eat:ate,eaten fall:fell,fallen
+    grow:grew,grown throw:threw,thrown draw:drew,drawn begin:began,begun sing:sang,sung steal:stole,stolen
+    forget:forgot,forgotten freeze:froze,frozen lead:led bite:bit,bitten hide:hid,hidden shake:shook,shaken
+    wake:woke,woken swear:swore,sworn tear:tore,torn wear:wore,worn sink:sank,sunk""".split()
+    )
 }
 
 
@@ -552,7 +521,7 @@ def object_question_verb(question: str) -> str | None:
     past a particle ("send *over*") and before an "-ing" complement ("recommend *checking*"). It
     is lower case and follows no determiner; a capitalized word (a name) is never the verb."""
     text = QUOTED.sub(" x ", _FORMAT_CHARACTERS.sub("", question))
-    match = re.search(r"(?:^|[.;:!?—]\s*)\W*(?:what|which)\s+did\s+(.*)", text, re.I | re.S)
+    match = re.search(r"(?:^|[.;:!?—])\W{0,8}(?:what|which)\s+did\s+(.*)", text, re.I | re.S)
     if match is None:
         return None
     words = [w.strip(".'’") for w in re.findall(r"[\w'’\-/.#]+|[,?;!]", match.group(1))]
@@ -567,9 +536,8 @@ def object_question_verb(question: str) -> str | None:
         clause.pop()  # "recommend *checking*": the complement of the verb before it
     if len(clause) < 2 or not clause[-1][:1].islower() or clause[-2].lower() in _DETERMINERS:
         return None
-    candidates = [clause[-1]] if _WORD_SHAPE.fullmatch(clause[-1]) else []
-    verb = candidates[0].lower() if candidates else None
-    if verb is None or verb in _LIGHT_VERBS or verb in _ADVERBS:
+    verb = clause[-1].lower()
+    if not _WORD_SHAPE.fullmatch(verb) or verb in _LIGHT_VERBS or verb in _ADVERBS:
         return None
     return verb
 
