@@ -237,7 +237,7 @@ ANSWER_TYPES = (
 COUNT_OF_THINGS = AnswerType(
     "number",
     next(t for t in ANSWER_TYPES if t.label == "number").question,
-    _number_value("k|x"),
+    _number_value("k|x|(?-i:M|B|bn|mn)"),  # "12M users", "3B requests": a count in millions, billions
     verbatim=False,
     ignored=_NOT_A_COUNT,
 )
@@ -482,13 +482,16 @@ def yes_no_focus(question: str) -> str | None:
 
 # Verbs a source does not write where it answers what someone did with them: reporting and
 # light verbs ("What did Maya *say* ...", "What does the page *recommend* ...", "What does it
-# *return*"), answered by the statement itself.
+# *return*") and verbs of deciding ("What did we *decide* ...": "we chose PostgreSQL 16", "going
+# with the blue one"), answered by the statement or the decision itself.
 _LIGHT_VERBS = frozenset(
     """do say mean use need want get have make take look think go come see know like include contain show tell call
     cover describe mention specify list state explain write recommend suggest propose return yield give end happen
-    expect consider change cause involve require support accept allow expose provide offer send""".split()
+    expect consider change cause involve require support accept allow expose provide offer send
+    decide settle agree conclude determine choose pick select opt prefer""".split()
 )
 _PARTICLES = frozenset("up out off down back over away".split())
+_TIME_WORDS = frozenset("first last later earlier next again instead afterwards tomorrow".split())
 # Past forms of common verbs, which the stemmer does not bring to the verb ("found" is not "find").
 IRREGULAR_FORMS = {  # "choose": "chose chosen"
     verb: forms.replace(",", " ")
@@ -499,9 +502,28 @@ IRREGULAR_FORMS = {  # "choose": "chose chosen"
     keep:kept teach:taught fight:fought seek:sought drive:drove,driven ride:rode,ridden eat:ate,eaten fall:fell,fallen
     grow:grew,grown throw:threw,thrown draw:drew,drawn begin:began,begun sing:sang,sung steal:stole,stolen
     forget:forgot,forgotten freeze:froze,frozen lead:led bite:bit,bitten hide:hid,hidden shake:shook,shaken
-    wake:woke,woken swear:swore,sworn tear:tore,torn wear:wore,worn sink:sank,sunk""".split()
+    wake:woke,woken swear:swore,sworn tear:tore,torn wear:wore,worn sink:sank,sunk spin:spun withdraw:withdrew,withdrawn
+    undo:undid,undone rebuild:rebuilt overwrite:overwrote,overwritten stand:stood rerun:reran shoot:shot
+    dig:dug light:lit feed:fed bend:bent lend:lent send:sent strike:struck stick:stuck sweep:swept""".split()
     )
 }
+
+
+def _drop_trailing_modifiers(clause: list[str]) -> None:
+    """Pop, from the end of ``clause``, particles ("spin *up*"), adverbs of manner or time ("fix
+    *manually*", "find *yesterday*", "flag *first*"): what may follow the verb of a "what did"
+    question before its first preposition."""
+    while len(clause) > 1:
+        word = clause[-1].lower()
+        if (
+            word in _PARTICLES
+            or word in _VERB_ADVERBS
+            or word in _TIME_WORDS
+            or (len(word) > 4 and word.endswith("ly"))
+        ):
+            clause.pop()
+        else:
+            break
 
 
 def object_question_verb(question: str) -> str | None:
@@ -530,10 +552,10 @@ def object_question_verb(question: str) -> str | None:
         if word in ",?;!" or (word.lower() in _FOCUS_ENDS and word.lower() != "of"):
             break
         clause.append(word)
-    while len(clause) > 1 and clause[-1].lower() in _PARTICLES:
-        clause.pop()
+    _drop_trailing_modifiers(clause)
     if len(clause) > 2 and clause[-1].lower().endswith("ing") and clause[-2][:1].islower():
-        clause.pop()  # "recommend *checking*": the complement of the verb before it
+        clause.pop()  # "recommend *checking*", "end up *choosing*": the complement of the verb before it
+        _drop_trailing_modifiers(clause)
     if len(clause) < 2 or not clause[-1][:1].islower() or clause[-2].lower() in _DETERMINERS:
         return None
     verb = clause[-1].lower()

@@ -336,24 +336,44 @@ OPEN_MATTER = re.compile(
 # A question about the state of a matter ("Is it still open?", "What is the status of ...") is
 # answered by a passage saying it is open.
 _ASKS_STATE = re.compile(
-    r"^\W*(?:is|are|was|were|has|have|had|did|does|do)\b|\b(?:status|progress|still|yet|ongoing|open|whether|resolved"
-    r"|known|unknown|decided|pending)\b",
+    r"^\W*(?:is|are|was|were|has|have|had|did|does|do|can|could|any|where\s+(?:are|do|does|is)\s+(?:we|things|it))\b"
+    r"|\b(?:status|progress|update|updates|still|yet|ongoing|open|whether|resolved|fixed|known|unknown|decided|pending"
+    r"|stand|mean|means)\b",
     re.I,
 )
 
 
 def still_open(question: str, scored: ScoredEvidence) -> str:
-    """The sentence of the passage holding most of the question's weight (the first
-    ``answering_passages`` would rank) that says the matter is not known or not decided yet
-    (``OPEN_MATTER``: "investigation ongoing", "root cause not yet identified", "TBD"), else
-    ``""``. Such a passage is about what the question asks and says the answer does not exist
-    yet: "What turned out to be the cause of SUP-1933?" over "SUP-1933: suspected stall under
-    peak load; investigation ongoing." ``""`` for a question about the matter's state or a
-    yes/no question (``_ASKS_STATE``: "Is the cause known yet?"), which such a passage answers."""
+    """The sentence saying the asked matter is not known or not decided yet (``OPEN_MATTER``:
+    "investigation ongoing", "root cause not yet identified", "TBD"), when the passage holding
+    most of the question's weight (the first ``answering_passages`` would rank) says so and does
+    not state the question's focus (the asked detail: ``question_focus``, or the act of "What did X
+    *find*", ``object_question_verb``); else ``""``. "What turned out to be the root *cause* of
+    SUP-1933?" over "SUP-1933: suspected stall under peak load; investigation ongoing." asks for a
+    cause the ticket says is still being looked for.
+
+    ``""`` without a focus ("How do I roll back ...?", "What caused ...": the passage may answer
+    and leave something else open), when a passage holding as much of the question's weight
+    states the focus (a "TBD" about the next step beside the stated answer), for a question about
+    the matter's state and for a yes/no question (``_ASKS_STATE``: "Is the cause known yet?",
+    "Any update on ...", "Where are we on ..."), which such a passage answers."""
     if not scored.passages or _ASKS_STATE.search(question):
         return ""
-    best = max(scored.passages, key=lambda p: p.coverage)
-    return best.text.strip() if not best.code and OPEN_MATTER.search(best.text) else ""
+    focus = question_focus(question) or object_question_verb(question)
+    if focus is None:
+        return ""
+    top = max(p.coverage for p in scored.passages)
+    best = [p for p in scored.passages if p.coverage >= top]
+    (focus_lexemes,) = lexeme_sets([f"{focus} {IRREGULAR_FORMS.get(focus.lower(), '')}"])
+    if not focus_lexemes or any(focus_lexemes & p.lexemes for p in best):
+        return ""
+    first = best[0]
+    if first.code:
+        return ""
+    return next((sentence for sentence in _SENTENCES.split(first.text.strip()) if OPEN_MATTER.search(sentence)), "")
+
+
+_SENTENCES = re.compile(r"(?<=[.!?])\s+")
 
 
 def number_beside_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evidence]) -> bool:

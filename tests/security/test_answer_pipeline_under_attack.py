@@ -408,7 +408,10 @@ def test_the_passage_of_a_maximum_size_record_is_cheap_for_a_long_question():
     for a short question (0.11 s measured); a 2,000-character question of ~290 distinct words
     takes ~0.55-0.75 s per record here. Every non-code hit of ``/api/v1/search?limit=50`` and of the
     ask tools runs it (50 such records: ~40 s of CPU per request; one record already made
-    ``ask`` 7x slower, 0.17 s -> 1.2 s). Best of three, bound 0.3 s."""
+    ``ask`` 7x slower, 0.17 s -> 1.2 s). Best of three, against a short question over the same
+    record timed alongside (so a slower or busier machine moves both): at most 3.5x its cost
+    (1.6x measured: 0.205 s and 0.130 s on an idle 2-core machine; the unbounded alternation was
+    5-7x)."""
     from sources.services import MAX_CONTENT_CHARS
 
     letters = "bcdfghjklmnpqrstvwxz"
@@ -416,12 +419,17 @@ def test_the_passage_of_a_maximum_size_record_is_cheap_for_a_long_question():
     question = " ".join(words)[:MAX_QUERY_CHARS]
     assert len(set(words)) == 400
     body = ("x\n" * (MAX_CONTENT_CHARS // 2))[: MAX_CONTENT_CHARS - 100] + "the okapi cutover owner is Ilse Farrowmere"
-    best = float("inf")
+    best = {question: float("inf"), "Who owns the okapi cutover?": float("inf")}
     for _ in range(3):
-        t0 = time.perf_counter()
-        query_passage(question, body, 1200)
-        best = min(best, time.perf_counter() - t0)
-    assert best < 0.3, f"{best:.2f} s for one {len(body):,}-character record and a {len(question):,}-character question"
+        for asked in best:
+            t0 = time.perf_counter()
+            query_passage(asked, body, 1200)
+            best[asked] = min(best[asked], time.perf_counter() - t0)
+    long, short = best.values()
+    assert long < 3.5 * short, (
+        f"{long:.2f} s for one {len(body):,}-character record and a {len(question):,}-character question, "
+        f"{short:.2f} s for a short one"
+    )
 
 
 def test_a_when_question_is_not_answered_by_a_sentence_holding_no_date(ans):
