@@ -281,17 +281,17 @@ def unstated_type_note(label: str) -> str:
 # many/how much question asks about ("Who *signed* the lease?", "What was the *budget* of the
 # project?"). Evidence about the question's topic that never mentions its focus is about the topic,
 # not the asked detail. Words that cannot be a focus looked for in the text:
-_AUXILIARIES = frozenset(
+AUXILIARIES = frozenset(
     # "s" and "re": "What's", "Who're" (the apostrophe is cut off with the question word)
     """is are was were be been being do does did done has have had will would can could should shall may might
     must s re""".split()
 )
-_DETERMINERS = frozenset(
+DETERMINERS = frozenset(
     """the a an each every our your my its their his her this that these those any some all both one two three four
     five six seven eight nine ten first last""".split()
 )
 # A preposition, conjunction or relative word ends the focus phrase ("the budget *of* the project").
-_FOCUS_ENDS = frozenset(
+FOCUS_ENDS = frozenset(
     """of for in on at to from with by about after before during when that which who whom whose where if so while than
     as into over under between through since until and or but per via""".split()
 )
@@ -315,7 +315,7 @@ _DOCUMENT_NOUNS = frozenset(
 _PRONOUNS = frozenset("i we you they he she it people someone anyone everyone folks".split())
 # Determiners that open a verb's object ("Which service calls *the* client"): not a numeral of the
 # phrase itself ("one", "first", "last"), nor "that", which after a noun is a relative word.
-_OBJECT_DETERMINERS = _DETERMINERS - {"one", "first", "last"} - _FOCUS_ENDS
+_OBJECT_DETERMINERS = DETERMINERS - {"one", "first", "last"} - FOCUS_ENDS
 _NOT_FOCUS = _LIGHT_NOUNS | _VALUE_NOUNS | _DOCUMENT_NOUNS | _PRONOUNS
 _FOCUS_WH = re.compile(r"\b(who|whom|what|which|how\s+many|how\s+much)\b", re.I)
 _FOCUS_WORD = re.compile(r"[\w'’\-/.]+")
@@ -339,7 +339,7 @@ _IRREGULAR_PARTICIPLES = frozenset(
 _PASSIVE_GET = frozenset("get gets getting got gotten".split())
 # Adverbs that stand between the question word and its verb ("What *really* changed ...?", "Who
 # *originally* wrote ...?"): no part of the phrase.
-_ADVERBS = frozenset(
+ADVERBS = frozenset(
     """actually really exactly finally ever just originally eventually ultimately initially basically specifically
     officially currently usually typically recently precisely roughly approximately still already even also then
     now once twice again""".split()
@@ -354,22 +354,22 @@ _CATENATIVE_LINK = re.compile(
     r"|end(?:s|ed)? up (?:being|as)\b"
 )
 _REGULAR_PAST = re.compile(r"[a-z]{2,}[^e]ed")
-_FORMAT_CHARACTERS = re.compile(r"[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")  # invisible
-_WORD_SHAPE = re.compile(r"[^\W\d_][\w'’-]{1,39}")  # a word: a letter first, 2 to 40 characters
+FORMAT_CHARACTERS = re.compile(r"[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")  # invisible
+WORD_SHAPE = re.compile(r"[^\W\d_][\w'’-]{1,39}")  # a word: a letter first, 2 to 40 characters
 
 
 # Adverbs that follow a verb, not a noun's modifier: "What *changed* recently ...".
-_VERB_ADVERBS = _ADVERBS | frozenset("yesterday today tonight lately overnight since".split())
+VERB_ADVERBS = ADVERBS | frozenset("yesterday today tonight lately overnight since".split())
 
 
 def _is_verb(word: str, after: str) -> bool:
     """Whether ``word``, after "what" (and its auxiliaries), is a verb: a form of "happen", a
-    common irregular past, or a regular past before a preposition, an adverb (``_VERB_ADVERBS``),
+    common irregular past, or a regular past before a preposition, an adverb (``VERB_ADVERBS``),
     a comma or the question's end ("What *changed* in ...", "What *changed* recently ...", not
     "What *embedded* database ...")."""
     if word in _HAPPEN or word in _IRREGULAR_PAST:
         return True
-    return bool(_REGULAR_PAST.fullmatch(word)) and (after in _FOCUS_ENDS or after in _VERB_ADVERBS or after == ",")
+    return bool(_REGULAR_PAST.fullmatch(word)) and (after in FOCUS_ENDS or after in VERB_ADVERBS or after == ",")
 
 
 def question_focus(question: str) -> str | None:
@@ -389,18 +389,18 @@ def question_focus(question: str) -> str | None:
     object, described in other words). A question asking who knows a topic keeps its verb here
     ("Who *knows* ..."); the gate sets it aside once people are credited for it
     (``search.pipeline.gate.credits_people``)."""
-    text = QUOTED.sub(" , ", _FORMAT_CHARACTERS.sub("", question))  # a quoted span ends the phrase
+    text = QUOTED.sub(" , ", FORMAT_CHARACTERS.sub("", question))  # a quoted span ends the phrase
     match = _FOCUS_WH.search(text)
     if match is None:
         return None
     words = [re.sub(r"['’]s$", "", w.strip(".,?!:;'\"’").lower()) for w in _FOCUS_WORD.findall(text[match.end() :])]
-    words = [w if _WORD_SHAPE.fullmatch(w) or w in ("s", "re") else "," for w in words if w]
+    words = [w if WORD_SHAPE.fullmatch(w) or w in ("s", "re") else "," for w in words if w]
     catenative = _CATENATIVE_LINK.match(" ".join(words[:5]))
     if catenative:  # "What *turned out to be* the cause": as "What was the cause"
         words = ["was", *words[len(catenative.group(0).split()) :]]
     lead = 0  # the auxiliaries and adverbs right after the question word: adverbs dropped
-    while lead < len(words) and (words[lead] in _AUXILIARIES or words[lead] in _ADVERBS):
-        if words[lead] in _ADVERBS:
+    while lead < len(words) and (words[lead] in AUXILIARIES or words[lead] in ADVERBS):
+        if words[lead] in ADVERBS:
             del words[lead]
         else:
             lead += 1
@@ -410,12 +410,12 @@ def question_focus(question: str) -> str | None:
         rest = words[1:] if words[0] in _MODALS or words[0] == "else" else words
         if rest and rest[0] in _LINKING_VERBS:
             words = ["is", *rest[1:]]  # "Who stays *owner* of ...": as "Who is ..."
-        elif rest and rest[0] not in _AUXILIARIES and rest[0] not in _FOCUS_ENDS and rest[0] != ",":
+        elif rest and rest[0] not in AUXILIARIES and rest[0] not in FOCUS_ENDS and rest[0] != ",":
             return rest[0] if rest[0] not in _NOT_FOCUS else None
-    if words[0] not in _AUXILIARIES and words[0] not in _DETERMINERS and words[1:2] and words[1] in _DETERMINERS:
+    if words[0] not in AUXILIARIES and words[0] not in DETERMINERS and words[1:2] and words[1] in DETERMINERS:
         return None  # "What *caused* the outage?": "what" is the subject of a verb, the asked thing unnamed
     k = 0  # past "has", "was", "'s": "What has *changed*", "What was *deployed* on Friday?"
-    while k < len(words) - 1 and (words[k] in _AUXILIARIES or words[k] in _PASSIVE_GET):
+    while k < len(words) - 1 and (words[k] in AUXILIARIES or words[k] in _PASSIVE_GET):
         k += 1
     after = words[k + 1] if k + 1 < len(words) else ","
     if match.group(1).lower() == "what" and (
@@ -423,25 +423,25 @@ def question_focus(question: str) -> str | None:
     ):
         return None  # "What *happened* to p99 ...?", "What *changed* in 0.140?": the same
     i = 0
-    while i < len(words) and (words[i] in _AUXILIARIES or words[i] in _DETERMINERS):
+    while i < len(words) and (words[i] in AUXILIARIES or words[i] in DETERMINERS):
         i += 1
     if match.group(1).lower().startswith("how") and match.group(1).lower().endswith("many"):
         # "How many" counts a plural noun: the first plural of the phrase (up to ``COUNTED_WORDS``
         # words) is its head, not a verb after it ("How many *engineers* work on billing?", "How
         # many extra *GPUs* did we add?", "How many internal incident *writeups* ...").
         for word in words[i : i + COUNTED_WORDS]:
-            if word in _FOCUS_ENDS or word in _AUXILIARIES or word == ",":
+            if word in FOCUS_ENDS or word in AUXILIARIES or word == ",":
                 break
             if word in _PRONOUNS or (len(word) > 3 and word.endswith("s") and not word.endswith("ss")):
                 return word if word not in _NOT_FOCUS else None
     phrase: list[str] = []
     while i < len(words) and len(phrase) < FOCUS_WORDS:
         word = words[i]
-        if word in _FOCUS_ENDS or word == "," or (phrase and word in _AUXILIARIES):
+        if word in FOCUS_ENDS or word == "," or (phrase and word in AUXILIARIES):
             break
         if phrase and i + 1 < len(words) and words[i + 1] in _OBJECT_DETERMINERS:
             break  # "Which service *calls* the ...", "What tool *builds* the ...": a verb and its object
-        if word not in _DETERMINERS and word not in _AUXILIARIES:
+        if word not in DETERMINERS and word not in AUXILIARIES:
             phrase.append(word)
         i += 1
     # A head that names the answer's form ("Which Slack *channel*", "What release *date*") leaves no focus.
@@ -461,7 +461,7 @@ def yes_no_focus(question: str) -> str | None:
     rule then asks nothing. A source that answers yes or no names what was got, done or supported;
     one that never mentions the object is about something else (Moldovan et al., ACL 2000, take
     the object noun as the focus of such questions)."""
-    text = QUOTED.sub(" x ", _FORMAT_CHARACTERS.sub("", question))
+    text = QUOTED.sub(" x ", FORMAT_CHARACTERS.sub("", question))
     opening = _DO_QUESTION.match(text)
     if opening is None:
         return None
@@ -469,99 +469,15 @@ def yes_no_focus(question: str) -> str | None:
     words: list[str] = []
     for raw in re.split(r"\s+", re.split(r"[,;?!—]| - ", rest)[0].strip()):
         word = re.sub(r"['’]s$", "", raw.strip(".:'\"’").lower())
-        if word in _FOCUS_ENDS:
+        if word in FOCUS_ENDS:
             break
         words.append(word)
     openers = [i for i, w in enumerate(words) if i > 0 and w in _OBJECT_DETERMINERS]
     if not openers:
         return None
-    phrase = [w for w in words[openers[-1] + 1 :] if w not in _DETERMINERS and w not in _ADVERBS]
+    phrase = [w for w in words[openers[-1] + 1 :] if w not in DETERMINERS and w not in ADVERBS]
     head = phrase[-1] if phrase else None
-    return head if head and head not in _NOT_FOCUS and _WORD_SHAPE.fullmatch(head) else None
-
-
-# Verbs a source does not write where it answers what someone did with them: reporting and
-# light verbs ("What did Maya *say* ...", "What does the page *recommend* ...", "What does it
-# *return*") and verbs of deciding ("What did we *decide* ...": "we chose PostgreSQL 16", "going
-# with the blue one"), answered by the statement or the decision itself.
-_LIGHT_VERBS = frozenset(
-    """do say mean use need want get have make take look think go come see know like include contain show tell call
-    cover describe mention specify list state explain write recommend suggest propose return yield give end happen
-    expect consider change cause involve require support accept allow expose provide offer send
-    decide settle agree conclude determine choose pick select opt prefer""".split()
-)
-_PARTICLES = frozenset("up out off down back over away".split())
-_TIME_WORDS = frozenset("first last later earlier next again instead afterwards tomorrow".split())
-# Past forms of common verbs, which the stemmer does not bring to the verb ("found" is not "find").
-IRREGULAR_FORMS = {  # "choose": "chose chosen"
-    verb: forms.replace(",", " ")
-    for verb, forms in (
-        entry.split(":")
-        for entry in """find:found buy:bought pay:paid choose:chose,chosen break:broke,broken run:ran bring:brought
-    catch:caught sell:sold build:built win:won lose:lost spend:spent hold:held leave:left meet:met feel:felt hear:heard
-    keep:kept teach:taught fight:fought seek:sought drive:drove,driven ride:rode,ridden eat:ate,eaten fall:fell,fallen
-    grow:grew,grown throw:threw,thrown draw:drew,drawn begin:began,begun sing:sang,sung steal:stole,stolen
-    forget:forgot,forgotten freeze:froze,frozen lead:led bite:bit,bitten hide:hid,hidden shake:shook,shaken
-    wake:woke,woken swear:swore,sworn tear:tore,torn wear:wore,worn sink:sank,sunk spin:spun withdraw:withdrew,withdrawn
-    undo:undid,undone rebuild:rebuilt overwrite:overwrote,overwritten stand:stood rerun:reran shoot:shot
-    dig:dug light:lit feed:fed bend:bent lend:lent send:sent strike:struck stick:stuck sweep:swept""".split()
-    )
-}
-
-
-def _drop_trailing_modifiers(clause: list[str]) -> None:
-    """Pop, from the end of ``clause``, particles ("spin *up*"), adverbs of manner or time ("fix
-    *manually*", "find *yesterday*", "flag *first*"): what may follow the verb of a "what did"
-    question before its first preposition."""
-    while len(clause) > 1:
-        word = clause[-1].lower()
-        if (
-            word in _PARTICLES
-            or word in _VERB_ADVERBS
-            or word in _TIME_WORDS
-            or (len(word) > 4 and word.endswith("ly"))
-        ):
-            clause.pop()
-        else:
-            break
-
-
-def object_question_verb(question: str) -> str | None:
-    """The verb of a question asking what someone did ("What did the electrician *find* when
-    ...?", "What did the vendor *ship* ..."): a record answering it reports that act, in the verb's
-    own forms or its noun ("found", "findings"); a ticket about the inspection that never says
-    what was found is a near miss. Only "did": a past act is recorded with its verb, while "What
-    does X *verb*" asks how something behaves, which a page describes in other words (on the
-    unseen FastAPI questions the rule read "does" too and declined an answerable question).
-    ``None`` for other questions, for a light or reporting verb (``_LIGHT_VERBS``: "What did Maya
-    *say*", "What did the team *recommend*": the statement itself is the answer), and when the
-    verb is not found.
-
-    After "what/which did" come the subject and the verb, up to the first comma,
-    question mark, preposition (not "of": "the audit *of* our service *conclude*"), conjunction or
-    relative word ("... *find* when they inspected ..."): the verb is the last word before it,
-    past a particle ("send *over*") and before an "-ing" complement ("recommend *checking*"). It
-    is lower case and follows no determiner; a capitalized word (a name) is never the verb."""
-    text = QUOTED.sub(" x ", _FORMAT_CHARACTERS.sub("", question))
-    match = re.search(r"(?:^|[.;:!?—])\W{0,8}(?:what|which)\s+did\s+(.*)", text, re.I | re.S)
-    if match is None:
-        return None
-    words = [w.strip(".'’") for w in re.findall(r"[\w'’\-/.#]+|[,?;!]", match.group(1))]
-    clause: list[str] = []
-    for word in words:
-        if word in ",?;!" or (word.lower() in _FOCUS_ENDS and word.lower() != "of"):
-            break
-        clause.append(word)
-    _drop_trailing_modifiers(clause)
-    if len(clause) > 2 and clause[-1].lower().endswith("ing") and clause[-2][:1].islower():
-        clause.pop()  # "recommend *checking*", "end up *choosing*": the complement of the verb before it
-        _drop_trailing_modifiers(clause)
-    if len(clause) < 2 or not clause[-1][:1].islower() or clause[-2].lower() in _DETERMINERS:
-        return None
-    verb = clause[-1].lower()
-    if not _WORD_SHAPE.fullmatch(verb) or verb in _LIGHT_VERBS or verb in _ADVERBS:
-        return None
-    return verb
+    return head if head and head not in _NOT_FOCUS and WORD_SHAPE.fullmatch(head) else None
 
 
 def counted_focus(question: str) -> str | None:
@@ -569,7 +485,7 @@ def counted_focus(question: str) -> str | None:
     focus (:func:`question_focus`) when its first question word is "how many" or "how much", else
     ``None``. A counted document ("How many incident *writeups* describe ...") is no focus
     (``_NOT_FOCUS``): such a count is made across sources, not one a source states."""
-    match = _FOCUS_WH.search(QUOTED.sub(" , ", _FORMAT_CHARACTERS.sub("", question)))
+    match = _FOCUS_WH.search(QUOTED.sub(" , ", FORMAT_CHARACTERS.sub("", question)))
     if match is None or not match.group(1).lower().startswith("how"):
         return None
     return question_focus(question)
@@ -593,7 +509,7 @@ def party_focus(question: str) -> str | None:
     Else ``None``; also for a who-question's verb ("Who *volunteered* ..."), which a reply answers
     in its own words ("I can captain")."""
     focus = question_focus(question)
-    text = QUOTED.sub(" , ", _FORMAT_CHARACTERS.sub("", question))
+    text = QUOTED.sub(" , ", FORMAT_CHARACTERS.sub("", question))
     match = _FOCUS_WH.search(text)
     if match is None:
         return None
@@ -604,17 +520,17 @@ def party_focus(question: str) -> str | None:
         return None  # a relative "who" ("notify customers *who* were affected"): not what is asked
     following = [w.lower().lstrip("'’") for w in re.findall(r"[\w'’-]+", text[match.end() :])[:4]]
     if following[:1] == ["of"]:  # "Which of our customers ...": as "Which customers"
-        following = [w for w in following[1:] if w not in _DETERMINERS]
+        following = [w for w in following[1:] if w not in DETERMINERS]
     following = following[:2]
     if match.group(1).lower() in ("who", "whom"):
         verb = following[0] if following else ""
-        return focus if verb in _AUXILIARIES or verb in _LINKING_VERBS else None
+        return focus if verb in AUXILIARIES or verb in _LINKING_VERBS else None
     if focus in _PARTY_NOUNS:
         return focus
     # "Which customer *asked* for ...": the noun right after which/what (or after one modifier,
     # "Which enterprise customer ...") is the focus, whatever verb the phrase ends in.
     for word in following:
-        if word in _AUXILIARIES or word in _DETERMINERS:
+        if word in AUXILIARIES or word in DETERMINERS:
             break
         if word in _PARTY_NOUNS:
             return word
@@ -696,7 +612,7 @@ def names_someone(text: str, question: str, focus: str = "") -> bool:
         following = re.match(r"\s*([a-z]+)\b", after)
         if following:
             word = following.group(1)
-            if word in _AUXILIARIES or word in _LINKING_VERBS or word in _FOCUS_ENDS or word.endswith("ed"):
+            if word in AUXILIARIES or word in _LINKING_VERBS or word in FOCUS_ENDS or word.endswith("ed"):
                 return True
         elif not opens and re.match(r"(?:['’]s\b|\s*(?:[.,;!?]|$))", after):
             return True
@@ -741,56 +657,3 @@ def missing_focus_note(word: str, *, partial: bool = True) -> str:
     focus (``partial``), or follows a decline."""
     said = f"The sources found do not mention “{word}”, which the question asks about"
     return said + (", so they answer this only in part." if partial else ".")
-
-
-# "Who knows Y": a question for the people who know a topic or did a piece of work, answered by the
-# people the ``who_knows`` tool credits for the documents about it (their authors, reviewers,
-# repliers; a commit's author did what it says), not by a sentence stating it. ``EXPERTISE``
-# routes such a question to that tool (the rule planner). ``EXPERTISE_WITHOUT_FOCUS`` is the part
-# whose words no source writes of the topic ("knows", "worked on", "can I ask", "is the expert",
-# "set up", "wrote"): once the tool has credited people for it, these words are no focus and no
-# term the evidence must hold (``search.pipeline.gate.credits_people``). An act a document records
-# of someone rather than one its author did ("Who *approved* the refund?", "Who *signed* ...") is
-# not among them, nor an owner, a maintainer named as such or someone responsible: those are
-# routed (``EXPERTISE``) but stay the focus, to be stated ("Owner: Dana").
-_ASKING_VERBS = r"(?:ask|talk\s+to|speak\s+(?:to|with)|contact|reach\s+out\s+to|ping|go\s+to|turn\s+to)"
-_WORK_VERBS = (
-    r"(?:knows|knew|wrote|written|writing|built|building|implemented|implementing|added|adding|introduced|"
-    r"created|designed|developed|developing|made|configured|configuring|set(?:ting)?\s+(?:(?:it|this|that|these|those|them)\s+)?up|fixed|fixing|"
-    r"changed|changing|updated|updating|touched|refactored|migrated|maintains|maintained|maintaining|"
-    r"(?:did|does)(?=\s*(?:[?.!,]|$|\s+(?:it|that|this|those|these|the\s+(?:work|most))\b))|doing|done|handles|handled|handling|"
-    r"(?:worked|works|working|contributed|contributing)\s+(?:on|to)|"
-    r"(?:familiar|experienced)\s+with|(?:experience|context|knowledge)\s+(?:with|of|on|about|in))"
-)
-_WHO_AUXILIARIES = r"(?:\s+(?:else|has|have|had|is|are|was|were|been|most|the\s+most))*"
-EXPERTISE_WITHOUT_FOCUS = re.compile(
-    rf"\bwho(?:['’]s)?{_WHO_AUXILIARIES}\s+{_WORK_VERBS}\b"
-    rf"|\b(?:which|what)\s+(?:person|people|engineers?|developers?|colleagues?|teammates?){_WHO_AUXILIARIES}\s+{_WORK_VERBS}\b"
-    r"|\b(?:anyone|anybody|someone|somebody)\s+(?:who\s+)?(?:is\s+|has\s+)?"
-    r"(?:(?:familiar|experienced)\s+with|(?:experience|context)\s+(?:with|on|in)|worked\s+on)\b"
-    r"|\bwho(?:['’]s)?\s+(?:is\s+|are\s+)?(?:the\s+|our\s+|an?\s+)?(?:experts?|go-to(?:\s+person)?|point\s+of\s+contact|"
-    r"contacts?|specialists?)\b"
-    rf"|\bwho\s+(?:(?:can|could|should|shall|do|would|might)\s+(?:I|we)\s+|to\s+){_ASKING_VERBS}\b"
-    r"|\bwho(?:\s+else)?\s+(?:would|might|could|should|will|may)\s+know\b"
-    rf"|\bwho(?:['’]s|\s+is)\s+(?:the\s+)?(?:best\s+|right\s+)?(?:person|one)\s+to\s+{_ASKING_VERBS}\b"
-    r"|\b(?:experts?|specialists?)\s+(?:on|in|for)\b",
-    re.I,
-)
-EXPERTISE = re.compile(
-    EXPERTISE_WITHOUT_FOCUS.pattern + r"|\bwho\s+(?:owns|owned|(?:is|are|was|were)\s+responsible\s+for|"
-    r"(?:is|are)\s+(?:the\s+|our\s+)?(?:owners?|maintainers?))\b",
-    re.I,
-)
-
-
-def asks_for_expertise(question: str) -> bool:
-    """Whether ``question`` asks who knows, owns or works on something (``EXPERTISE``)."""
-    return EXPERTISE.search(question) is not None
-
-
-def expertise_words(question: str) -> list[str]:
-    """The words of the phrase asking for the people who know a topic or did a piece of work
-    (``EXPERTISE_WITHOUT_FOCUS``: "Who *can I ask* about ...", "Who *knows* ...", "Who *set up*
-    ..."), lower-cased; empty for any other question."""
-    match = EXPERTISE_WITHOUT_FOCUS.search(question)
-    return [w.lower() for w in re.findall(r"[\w-]+", match.group(0))] if match else []

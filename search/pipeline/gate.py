@@ -73,11 +73,9 @@ from django.db import connection
 from kbportal.tenancy import tenant_context
 from search.llm import llm_client, llm_configured
 from search.pipeline.answer_types import (
-    IRREGULAR_FORMS,
     asked_answer_type,
     counted_focus,
     names_someone,
-    object_question_verb,
     party_focus,
     question_focus,
     yes_no_focus,
@@ -91,6 +89,7 @@ from search.pipeline.passages import (
     lexeme_sets,
     score_evidence,
 )
+from search.pipeline.verbs import IRREGULAR_FORMS, object_question_verb
 from search.retrieval import dense_ranking, query_terms, scope_where_sql
 from search.text import QUOTED, holds_term, neutralize_citations, specific_terms
 from sources.connectors.slack.messages import TRANSCRIPT_KINDS
@@ -290,8 +289,8 @@ def missing_specific_terms(question: str, evidence: Sequence[Evidence]) -> tuple
 
 def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evidence]) -> str:
     """The question's focus (``question_focus``; for a do-support yes/no question, the object it
-    asks about, ``yes_no_focus``; for "What did X *find*", the verb, ``object_question_verb``, in
-    its forms and its past, ``IRREGULAR_FORMS``) when no answering passage (``answering_passages``) nor the title
+    asks about, ``yes_no_focus``; for "What did X *find*", the verb, ``verbs.object_question_verb``, in
+    its forms and its past, ``verbs.IRREGULAR_FORMS``) when no answering passage (``answering_passages``) nor the title
     of a block they come from holds it (as a PostgreSQL English lexeme, so "approved" meets
     "approval"); else ``""``. Code is read in other words than its question's ("which
     function parses ..."), so answering passages that are all code are never held to it; nor is a
@@ -348,7 +347,7 @@ def still_open(question: str, scored: ScoredEvidence) -> str:
     "investigation ongoing", "root cause not yet identified", "TBD"), when the passage holding
     most of the question's weight (the first ``answering_passages`` would rank) says so and does
     not state the question's focus (the asked detail: ``question_focus``, or the act of "What did X
-    *find*", ``object_question_verb``); else ``""``. "What turned out to be the root *cause* of
+    *find*", ``verbs.object_question_verb``); else ``""``. "What turned out to be the root *cause* of
     SUP-1933?" over "SUP-1933: suspected stall under peak load; investigation ongoing." asks for a
     cause the ticket says is still being looked for.
 

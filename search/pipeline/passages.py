@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 
 from django.db import connection
 
-from search.pipeline.answer_types import answer_form_words, asks_for_document, expertise_words
+from search.pipeline.answer_types import answer_form_words, asks_for_document
 from search.pipeline.evidence import PASSAGE_GAP, SNIPPET_CHARS, Evidence, query_passage
+from search.pipeline.expertise import expertise_words
 from search.pipeline.subquestions import SubQuestion, sub_questions
 from search.text import WORD, neutralize_citations, word_variants
 from sources.connectors.slack.messages import TRANSCRIPT_KINDS, TRANSCRIPT_STAMP
@@ -192,7 +193,7 @@ def answering_passages(scored: ScoredEvidence, *, top: int = ANSWERING_PASSAGES)
 
 def credits_people(question: str, evidence: Sequence[Evidence]) -> bool:
     """Whether ``question`` asks who knows a topic or did a piece of work
-    (``answer_types.EXPERTISE_WITHOUT_FOCUS``) and the ``who_knows`` tool credited people for the
+    (``expertise.EXPERTISE_WITHOUT_FOCUS``) and the ``who_knows`` tool credited people for the
     evidence that answers it: a relevant ``person`` block credited by one of the first
     ``BLOCKS_READ`` relevant other blocks (``metadata["documents"]``). Then the people are the
     answer, so the asking words ("knows", "can I ask", "set up") are neither a term the evidence

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from search.llm import llm_client, llm_configured
-from search.pipeline.answer_types import asks_for_expertise
+from search.pipeline.expertise import asks_for_expertise
 from search.tools.base import TOOLS, load_tools
 
 logger = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def rule_plan(question: str) -> Plan:
     """Deterministic plan: always ``search``; a named identifier or quoted string adds
     ``search_code``; Slack words add ``search_slack``; history words add ``recent_prs``; asking who knows, owns or
     worked on something ("who can I ask about", "who is the expert", "expert on":
-    ``answer_types.EXPERTISE``) adds ``who_knows``; "which
+    ``expertise.EXPERTISE``) adds ``who_knows``; "which
     module/file", "where is X implemented", "what does module/file X do", "overview of" add
     ``subsystem_index``. Tools come in that order, each once."""
     calls = [PlannedCall("search", question)]

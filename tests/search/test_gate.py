@@ -12,7 +12,6 @@ from search.pipeline.answer_types import (
     asked_answer_type,
     missing_focus_note,
     missing_type_note,
-    object_question_verb,
     question_focus,
     unstated_type_note,
 )
@@ -37,6 +36,7 @@ from search.pipeline.gate import (
     text_declines,
 )
 from search.pipeline.passages import ScoredEvidence, block_passages, question_weights, score_evidence
+from search.pipeline.verbs import object_question_verb
 from sources.selectors import scope_for_user
 from tests.llm_server import FakeOpenAIServer
 

@@ -24,7 +24,7 @@ from tests.llm_server import FakeOpenAIServer
     ],
 )
 def test_questions_about_someone_other_than_an_author_do_not_add_who_knows(question):
-    from search.pipeline.answer_types import asks_for_expertise
+    from search.pipeline.expertise import asks_for_expertise
 
     assert not asks_for_expertise(question)
     assert "who_knows" not in rule_plan(question).tool_names
