@@ -27,7 +27,7 @@ from search.conversations import conversation_for_ask, conversation_start
 from search.llm import without_llm
 from search.models import AnswerFeedback, AnswerRecord, Conversation
 from search.pipeline.checks import Answer, check_answer
-from search.pipeline.drafts import Draft
+from search.pipeline.drafts import Draft, closest_evidence
 from search.pipeline.evidence import Evidence, evidence_from_hit, number_evidence
 from search.pipeline.executor import execute_plan
 from search.pipeline.followup import Rewrite, Turn, rewrite_followup
@@ -66,6 +66,11 @@ class AskResult:
         """Exactly the cited evidence blocks, by number."""
         cited = set(self.answer.cited)
         return [e for e in self.evidence if e.n in cited]
+
+    @property
+    def closest(self) -> list[Evidence]:
+        """The closest sources, shown when nothing is cited: those a decline names (``drafts.closest_evidence``)."""
+        return closest_evidence(self.evidence)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -136,7 +141,7 @@ class AskEvent:
     - ``token`` (zero or more): ``{text}``, the next piece of the answer, citations already validated
     - ``done``: ``{answer_id, conversation_id, question, standalone_question, rewrite, verified: {id,
       question, text, verified_by, verified_at, stale, similarity, sources} | null, text, answered,
-      synthesizer, cited: [n], sources: [Evidence.as_dict()],
+      synthesizer, cited: [n], sources: [Evidence.as_dict()], closest: [n],
       removed_citations: [n], error, fallback, checks: [name], verdict: {status, decided_by, probability,
       missing_terms, missing_focus, missing_type, still_open, features}, timings_ms: {plan, tools, gate,
       first_token, synthesize, total}}``
@@ -145,7 +150,9 @@ class AskEvent:
     after some text was sent, wrote an answer citing no evidence (citations attributed, or a
     decline), or named what no evidence holds (``fallback`` true, ``error`` says what changed):
     then ``done.text`` is the answer that replaces the streamed text. ``sources`` are
-    exactly the cited blocks. ``result`` is set on ``done`` only: the whole :class:`AskResult`, for in-process callers.
+    exactly the cited blocks; ``closest`` the numbers of the blocks a decline names as closest
+    (shown when nothing is cited). ``result`` is set on ``done`` only: the whole :class:`AskResult`,
+    for in-process callers.
     """
 
     type: AskEventType
@@ -287,6 +294,7 @@ def _ask_events(
             "synthesizer": answer.synthesizer,
             "cited": answer.cited,
             "sources": [e.as_dict() for e in result.sources],
+            "closest": [e.n for e in result.closest],
             "removed_citations": answer.removed_citations,
             "error": answer.error,
             "fallback": bool(answer.error),

@@ -55,12 +55,17 @@ def shortened(text: str, limit: int) -> str:
     return cut.rstrip(" ,;:.-") + "…"
 
 
+def closest_evidence(evidence: Sequence[Evidence]) -> list[Evidence]:
+    """The closest sources a decline names: the first ``CLOSEST_SOURCES`` relevant blocks (else
+    the first blocks), the same in the answer's text and in the list the page shows beside it."""
+    return [ev for ev in evidence if ev.is_relevant][:CLOSEST_SOURCES] or list(evidence[:CLOSEST_SOURCES])
+
+
 def closest_lines(evidence: Sequence[Evidence]) -> list[str]:
-    """``- title (location)`` for the first ``CLOSEST_SOURCES`` relevant blocks (else any): the
-    closest sources, named without a citation because they do not support an answer."""
-    picked = [ev for ev in evidence if ev.is_relevant][:CLOSEST_SOURCES] or list(evidence[:CLOSEST_SOURCES])
+    """``- title (location)`` for :func:`closest_evidence`: the closest sources, named without a
+    citation because they do not support an answer."""
     lines = []
-    for ev in picked:
+    for ev in closest_evidence(evidence):
         title = markdown_text(shortened(" ".join(neutralize_citations(ev.title).split()), CLOSEST_TITLE_CHARS))
         where = ev.location if ev.location and ev.location not in ev.title else ""
         lines.append(f"- {title}" + (f" ({code_span(where)})" if where else ""))

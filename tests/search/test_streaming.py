@@ -225,6 +225,9 @@ def test_an_llm_answer_citing_no_evidence_is_replaced_by_the_sources_own_words_o
         assert text_declines(done["text"]) and done["answered"] is False
         assert done["fallback"] and "cited none of the evidence" in done["error"]
         assert done["cited"] == [] and done["sources"] == [] and "Closest, not answering:" in done["text"]
+        # the list shown beside a decline is the blocks its text names as closest, no more
+        named = [line for line in done["text"].splitlines() if line.startswith("- ")]
+        assert done["closest"] and len(done["closest"]) == len(named)
 
         # A draft saying the sources lack the answer: kept as written where the gate found a part
         # missing; where it found them answering, the sources' own words replace it.

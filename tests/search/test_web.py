@@ -25,6 +25,13 @@ def test_login_with_allauth_then_ask_shows_cited_answer(client, kb):
     cited = set(response.context["result"].answer.cited)
     listed = {int(n) for n in re.findall(r'<li id="source-(\d+)"', html)}
     assert listed == cited
+    # A decline lists beside it the closest sources its text names, no more.
+    response = client.get(reverse("search:ask"), {"q": "What is our parental leave policy?"})
+    result, html = response.context["result"], response.content.decode()
+    assert not result.answer.cited and "Closest, not answering" in html
+    named = [line for line in result.answer.text.splitlines() if line.startswith("- ")]
+    listed = [int(n) for n in re.findall(r'<li id="source-(\d+)"', html)]
+    assert listed and listed == [ev.n for ev in result.closest] and len(listed) == len(named)
 
 
 @pytest.mark.django_db

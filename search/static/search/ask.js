@@ -123,7 +123,8 @@
   function renderSources(done, evidence) {
     const list = $("live-sources");
     list.replaceChildren();
-    const shown = done.sources && done.sources.length ? done.sources : evidence.slice(0, 5);
+    const closest = new Set(done.closest || []);
+    const shown = done.sources && done.sources.length ? done.sources : evidence.filter((ev) => closest.has(ev.n));
     $("live-sources-title").textContent = done.sources && done.sources.length ? "Sources" : "Closest, not answering";
     for (const ev of shown) list.append(renderSource(ev));
     $("live-sources-card").hidden = shown.length === 0;
