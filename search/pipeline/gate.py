@@ -89,7 +89,7 @@ from search.pipeline.passages import (
     lexeme_sets,
     score_evidence,
 )
-from search.pipeline.verbs import IRREGULAR_FORMS, object_question_verb
+from search.pipeline.verbs import object_question_verb, with_past_forms
 from search.retrieval import dense_ranking, query_terms, scope_where_sql
 from search.text import QUOTED, holds_term, neutralize_citations, specific_terms
 from sources.connectors.slack.messages import TRANSCRIPT_KINDS
@@ -287,10 +287,16 @@ def missing_specific_terms(question: str, evidence: Sequence[Evidence]) -> tuple
     return tuple(term for term in named_terms(question) if not holds_term(text, term))
 
 
+def asked_focus(question: str) -> str | None:
+    """The detail ``question`` asks for, looked for in the answering passages: its focus
+    (``question_focus``), for a do-support yes/no question the object it asks about
+    (``yes_no_focus``), for "What did X *find*" the verb (``verbs.object_question_verb``)."""
+    return question_focus(question) or yes_no_focus(question) or object_question_verb(question)
+
+
 def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evidence]) -> str:
-    """The question's focus (``question_focus``; for a do-support yes/no question, the object it
-    asks about, ``yes_no_focus``; for "What did X *find*", the verb, ``verbs.object_question_verb``, in
-    its forms and its past, ``verbs.IRREGULAR_FORMS``) when no answering passage (``answering_passages``) nor the title
+    """The detail the question asks for (:func:`asked_focus`; a verb also in its irregular past,
+    ``verbs.with_past_forms``) when no answering passage (``answering_passages``) nor the title
     of a block they come from holds it (as a PostgreSQL English lexeme, so "approved" meets
     "approval"); else ``""``. Code is read in other words than its question's ("which
     function parses ..."), so answering passages that are all code are never held to it; nor is a
@@ -301,7 +307,7 @@ def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evid
     -> ``review``, :func:`agent_noun`) is looked for as written (singular, plural or possessive),
     or as its verb before "by" ("approved by Dana" names the approver): "the incident commander"
     is a person, and a passage about commands does not name one."""
-    focus = question_focus(question) or yes_no_focus(question) or object_question_verb(question)
+    focus = asked_focus(question)
     chosen = answering_passages(scored)
     if focus is None or not chosen:
         return ""
@@ -312,7 +318,7 @@ def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evid
         return ""
     blocks = list(dict.fromkeys(p.n for p in chosen))
     titles = [by_n[n].title for n in blocks]
-    focus_lexemes, *title_lexemes = lexeme_sets([f"{focus} {IRREGULAR_FORMS.get(focus.lower(), '')}", *titles])
+    focus_lexemes, *title_lexemes = lexeme_sets([with_past_forms(focus), *titles])
     if agent_noun(focus, focus_lexemes):
         # The noun as written, or its verb naming the agent ("approved by Dana", "Reviewed-by:").
         singular = focus[:-1] if focus.endswith("s") else focus
@@ -346,10 +352,9 @@ def still_open(question: str, scored: ScoredEvidence) -> str:
     """The sentence saying the asked matter is not known or not decided yet (``OPEN_MATTER``:
     "investigation ongoing", "root cause not yet identified", "TBD"), when the passage holding
     most of the question's weight (the first ``answering_passages`` would rank) says so and does
-    not state the question's focus (the asked detail: ``question_focus``, or the act of "What did X
-    *find*", ``verbs.object_question_verb``); else ``""``. "What turned out to be the root *cause* of
-    SUP-1933?" over "SUP-1933: suspected stall under peak load; investigation ongoing." asks for a
-    cause the ticket says is still being looked for.
+    not state the detail the question asks for (:func:`asked_focus`); else ``""``. "What turned out
+    to be the root *cause* of SUP-1933?" over "SUP-1933: suspected stall under peak load;
+    investigation ongoing." asks for a cause the ticket says is still being looked for.
 
     ``""`` without a focus ("How do I roll back ...?", "What caused ...": the passage may answer
     and leave something else open), when a passage holding as much of the question's weight
@@ -358,12 +363,12 @@ def still_open(question: str, scored: ScoredEvidence) -> str:
     "Any update on ...", "Where are we on ..."), which such a passage answers."""
     if not scored.passages or _ASKS_STATE.search(question):
         return ""
-    focus = question_focus(question) or object_question_verb(question)
+    focus = asked_focus(question)
     if focus is None:
         return ""
     top = max(p.coverage for p in scored.passages)
     best = [p for p in scored.passages if p.coverage >= top]
-    (focus_lexemes,) = lexeme_sets([f"{focus} {IRREGULAR_FORMS.get(focus.lower(), '')}"])
+    (focus_lexemes,) = lexeme_sets([with_past_forms(focus)])
     if not focus_lexemes or any(focus_lexemes & p.lexemes for p in best):
         return ""
     first = best[0]

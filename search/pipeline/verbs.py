@@ -49,6 +49,12 @@ IRREGULAR_FORMS = {  # "choose": "chose chosen"
 }
 
 
+def with_past_forms(word: str) -> str:
+    """``word`` followed by its irregular past forms, if any ("find" -> "find found"): the text whose
+    lexemes a source reporting the act may hold."""
+    return f"{word} {IRREGULAR_FORMS.get(word.lower(), '')}".rstrip()
+
+
 def _drop_trailing_modifiers(clause: list[str]) -> None:
     """Pop, from the end of ``clause``, particles ("spin *up*"), adverbs of manner or time ("fix
     *manually*", "find *yesterday*", "flag *first*"): what may follow the verb of a "what did"
