@@ -79,7 +79,14 @@ _NUMBERED_PARTS = (
 # A list's enumerator ("details: 1) Customer viewed ...", "2. Restart" at a line's start): the
 # item's place, not a count of anything. A number in parentheses, "(3)", may be a count.
 _ENUMERATOR = r"(?m:^[ \t]*\d{1,2}\.(?=\s))|(?<![\w.,(])\d{1,2}\)(?=\s)"
-_NOT_A_COUNT = re.compile(rf"{_TIMESTAMP.pattern}|{_ENUMERATOR}", re.I)
+# "One" as a pronoun, no count: "one of the fastest" (a partitive before a superlative), "no one",
+# "one another" (Quirk et al. 1985, 6.55-6.57). "One of the three nodes failed" still counts one.
+_PRONOUN_ONE = (
+    r"\bone\s+of\s+(?:the|our|its|their|his|her|my|your)\s+(?:very\s+)?(?:most|least|best|worst|top|biggest|largest"
+    r"|fastest|slowest|greatest|highest|lowest|oldest|newest|latest|earliest|simplest|easiest|hardest|strongest)\b"
+    r"|\bno\s+one\b|\bone\s+another\b"
+)
+_NOT_A_COUNT = re.compile(rf"{_TIMESTAMP.pattern}|{_ENUMERATOR}|{_PRONOUN_ONE}", re.I)
 # Money as sources write it: "$1,200", "€40", "USD 300", "1.2k EUR", "40 dollars", "free of charge".
 _CURRENCY_CODES = "USD|EUR|GBP|CHF|CAD|AUD|JPY|INR|SEK|NOK|DKK"
 # A number starts at a token's start, never after a digit, a dot or a comma (linear on "1,1,1,...").
@@ -98,6 +105,7 @@ _THE = r"\s+(?:the\s+|our\s+|their\s+|its\s+)?"
 _MEASURE_UNITS = r"ms|s|m|h|d|w|kb|mb|gb|tb"
 _MEASURE_NOUNS = frozenset(
     """second seconds minute minutes hour hours day days week weeks month months year years ms millisecond milliseconds
+    microsecond microseconds nanosecond nanoseconds
     byte bytes kilobyte kilobytes megabyte megabytes gigabyte gigabytes terabyte terabytes kb mb gb tb""".split()
 )
 
@@ -234,10 +242,12 @@ ANSWER_TYPES = (
     ),
 )
 # A count of things: a number or number word with no unit of time or size after it.
+_MEASURED = "|".join(sorted(_MEASURE_NOUNS))
 COUNT_OF_THINGS = AnswerType(
     "number",
     next(t for t in ANSWER_TYPES if t.label == "number").question,
-    _number_value("k|x|(?-i:M|B|bn|mn)"),  # "12M users", "3B requests": a count in millions, billions
+    # "12M users", "3B requests": a count in millions, billions; "48 hours", "2 GB" measure, not count
+    re.compile(rf"(?:{_number_value('k|x|(?-i:M|B|bn|mn)').pattern})(?!\s*(?:{_MEASURED})\b)", re.I),
     verbatim=False,
     ignored=_NOT_A_COUNT,
 )

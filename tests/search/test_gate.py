@@ -1232,6 +1232,20 @@ def test_a_count_of_things_is_no_duration(kb):
     # millions and thousands are counts ("12M"), minutes are not ("12m")
     assert COUNT_OF_THINGS.held_by("12M instances") and COUNT_OF_THINGS.held_by("40K rows")
     assert not COUNT_OF_THINGS.held_by("after 12m") and COUNT_OF_THINGS.held_by("a dozen, then three more")
+    # a unit written apart measures too ("48 hours", "100 nanoseconds", "2 GB"); a count of things stays one
+    assert not any(COUNT_OF_THINGS.held_by(t) for t in ("wait 48 hours", "about 100 nanoseconds", "2 GB of memory"))
+    assert COUNT_OF_THINGS.held_by("40 threads") and COUNT_OF_THINGS.held_by("two hours later, three replicas")
+
+
+def test_the_pronoun_one_is_no_count():
+    """ "One of the fastest", "no one", "one another" count nothing; "one replica", "one of the three
+    nodes" count one."""
+    number = asked_answer_type("How many requests per second did the service reach?")
+    assert number is not None and number.label == "number"
+    for text in ("as one of the fastest frameworks available", "no one measured it", "they call one another"):
+        assert not number.held_by(text), text
+    for text in ("we run one replica", "one of the three nodes failed"):
+        assert number.held_by(text), text
 
 
 @pytest.mark.django_db
