@@ -261,14 +261,19 @@ def _without_examples(question: str) -> str:
     return _EXAMPLE.sub(cut, question)
 
 
+# An issue or pull request reference as GitHub, GitLab and commit subjects write it ("PR #16062",
+# "fixes #812"): one item exactly, as a ticket key is. Digits only (a channel "#ops" is a name).
+_ISSUE_REFERENCE = re.compile(r"(?<![\w&#/])#\d{1,7}\b")
+
+
 def named_terms(question: str) -> list[str]:
     """The identifiers, codes and quoted phrases ``question`` names, as the evidence must hold them
-    (``search.text.specific_terms``), except ``COMMON_ACRONYMS`` (plain words of the trade) and an
-    example the asker gives (``_EXAMPLE``: "a header *like* `x_token`"); a
-    quoted code expression (`` `f(x, retry=False)` ``, `` `Accept: text/html` ``) is looked for by
-    each name it holds (``f``, ``retry``; ``Accept``, ``text``), not verbatim: sources
-    write the call with other arguments. A quoted phrase in words stays whole (an error message),
-    without the punctuation around it."""
+    (``search.text.specific_terms``) and its issue or pull request references
+    (``_ISSUE_REFERENCE``), except ``COMMON_ACRONYMS`` (plain words of the trade) and an example
+    the asker gives (``_EXAMPLE``: "a header *like* `x_token`"); a quoted code expression
+    (`` `f(x, retry=False)` ``, `` `Accept: text/html` ``) is looked for by each name it holds
+    (``f``, ``retry``; ``Accept``, ``text``), not verbatim: sources write the call with other
+    arguments. A quoted phrase in words stays whole (an error message), without the punctuation around it."""
     terms: list[str] = []
     question = _without_examples(question)
     for match in QUOTED.finditer(question):
@@ -278,13 +283,15 @@ def named_terms(question: str) -> list[str]:
         else:
             terms.append(span.strip(" .,;:!?()[]{}'\""))
     terms += specific_terms(QUOTED.sub(" ", question))
+    terms += _ISSUE_REFERENCE.findall(QUOTED.sub(" ", question))
     return list(dict.fromkeys(t for t in terms if t and t.upper() not in COMMON_ACRONYMS))
 
 
 def missing_specific_terms(question: str, evidence: Sequence[Evidence]) -> tuple[str, ...]:
-    """The names ``question`` gives (:func:`named_terms`) that no relevant block holds."""
+    """The names ``question`` gives (:func:`named_terms`) that no relevant block holds (an issue
+    or pull request reference ``#16062`` by its number: "(#16062)", "pull/16062", "PR 16062")."""
     text = evidence_text(ev for ev in evidence if ev.is_relevant)
-    return tuple(term for term in named_terms(question) if not holds_term(text, term))
+    return tuple(term for term in named_terms(question) if not holds_term(text, term.removeprefix("#")))
 
 
 def asked_focus(question: str) -> str | None:

@@ -238,6 +238,9 @@ def test_a_named_identifier_the_evidence_lacks_makes_the_answer_partial_or_not_f
         ("Does the fallback serve paths such as /users/john.doe?", []),
         ("The log looks like ERR-4471 again: what is it?", ["ERR-4471"]),
         ("I'd like max_retry_ms explained.", ["max_retry_ms"]),
+        # an issue or pull request reference names one item; a Slack channel is a name in words
+        ("What limit did PR #16062 set for lru_cache?", ["lru_cache", "#16062"]),
+        ("Why was it posted in #ops and &#39;?", []),
     ],
 )
 def test_named_terms_are_what_the_evidence_must_hold_as_written(question, names):
@@ -250,6 +253,10 @@ def test_missing_specific_terms_read_only_relevant_blocks():
         _block(2, "Noise", "PANGOLIN-6402 lives here"),
     ]  # the second not relevant: not ranked, no similarity
     assert missing_specific_terms("What are ZEBRA-4471 and PANGOLIN-6402?", evidence) == ("PANGOLIN-6402",)
+    # an issue reference is held by its number, as a commit subject or a link writes it
+    merged = [_block(1, "Bump the cache size (#16062)", "pull/16062 raised it", lexical_rank=1)]
+    assert missing_specific_terms("What did PR #16062 change?", merged) == ()
+    assert missing_specific_terms("What did PR #16063 change?", merged) == ("#16063",)
 
 
 @pytest.mark.django_db
