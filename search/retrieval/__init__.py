@@ -107,7 +107,6 @@ __all__ = [
     "query_identifiers",
     "query_intents",
     "query_terms",
-    "ranker_of_list",
     "rare_term_ranking",
     "recency_ranks",
     "rrf_fuse",
@@ -123,12 +122,6 @@ ALL_RANKERS = ("lexical", "dense", "symbol")
 # IDF list lowered MRR (FastAPI 0.731 -> 0.708, ERB 0.936 -> 0.911) while raising recall@3;
 # recency as an RRF list, even at weight 0.1, lowered ERB MRR 0.902 -> 0.861. Not on by default.
 OPTIONAL_RANKERS = ("rare", "recency")
-
-
-def ranker_of_list(name: str) -> str:
-    """The ranker a ranked list's ``name`` comes from: its passage-level and document-level lists
-    (``"dense"``, ``"dense:document"``) are one ranker's, so a row in both votes once."""
-    return name.removesuffix(DOCUMENT_LIST)
 
 
 def hybrid_search(
@@ -255,7 +248,7 @@ def hybrid_search(
         if any(":" in name for name in rankings):
             timings["intents"] = (time.perf_counter() - t0) * 1000
         t0 = time.perf_counter()
-        scores, ranks = rrf_fuse(rankings, voter=ranker_of_list)
+        scores, ranks = rrf_fuse(rankings)
         code_kinds = intents.get("code")
         follow_links = bool(code_kinds and "symbol" in rankers and terms is not None and not query_identifiers(query))
         # Every candidate's whole text only when something reads them all (the rare exact
@@ -272,7 +265,7 @@ def hybrid_search(
             linked = linked_symbol_ranking(fused, scope, kinds=code_kinds or (), terms=terms)
             if linked:
                 rankings["linked:code"] = linked
-                scores, ranks = rrf_fuse(rankings, voter=ranker_of_list)
+                scores, ranks = rrf_fuse(rankings)
                 hits_by_id.update(load_hits([i for i in linked if i not in hits_by_id]))
             timings["linked"] = (time.perf_counter() - t0) * 1000
         if "recency" in rankers:

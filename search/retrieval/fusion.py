@@ -4,7 +4,7 @@ into their file, bursts into their thread, parts of a long function folded, a ca
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from search.retrieval.hits import FILE_KINDS, THREAD_KINDS, Hit
@@ -12,33 +12,21 @@ from search.retrieval.hits import FILE_KINDS, THREAD_KINDS, Hit
 RRF_K = 60
 
 
-def rrf_fuse(
-    rankings: Mapping[str, Sequence[int]],
-    *,
-    k: int = RRF_K,
-    weights: dict[str, float] | None = None,
-    voter: Callable[[str], str] | None = None,
-):
+def rrf_fuse(rankings: Mapping[str, Sequence[int]], *, k: int = RRF_K, weights: dict[str, float] | None = None):
     """Reciprocal rank fusion: ``{id: sum_r w_r / (k + rank_r)}`` with 1-based ranks.
 
     Returns ``(scores, ranks)`` where ``ranks[id][ranker]`` is the id's rank in that list.
-    ``voter`` maps a list's name to the ranker it comes from: lists of one ranker give a row one
-    vote, at its best rank among them (``hybrid_search`` ranks passages and whole documents as
-    two lists of each ranker, and a document without parts is in both: one vote, not two).
     Source: Cormack, Clarke, Büttcher, "Reciprocal Rank Fusion outperforms Condorcet and
     individual Rank Learning Methods", SIGIR 2009 (k = 60).
     """
-    best: dict[int, dict[str, float]] = defaultdict(dict)
+    scores: dict[int, float] = defaultdict(float)
     ranks: dict[int, dict[str, int]] = defaultdict(dict)
     for name, ids in rankings.items():
         weight = (weights or {}).get(name, 1.0)
-        vote = voter(name) if voter is not None else name
         for rank, doc_id in enumerate(ids, start=1):
-            votes = best[doc_id]
-            votes[vote] = max(votes.get(vote, 0.0), weight / (k + rank))
+            scores[doc_id] += weight / (k + rank)
             ranks[doc_id][name] = rank
-    scores = {doc_id: sum(votes.values()) for doc_id, votes in best.items()}
-    return scores, dict(ranks)
+    return dict(scores), dict(ranks)
 
 
 RECENCY_WEIGHT = 0.1  # a tie-breaker: 0.1 / (60 + rank) moves only near-equal scores

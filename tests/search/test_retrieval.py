@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from search.retrieval import EmptyQuery, Hit, hybrid_search, merge_and_cap, ranker_of_list, rrf_fuse
+from search.retrieval import EmptyQuery, Hit, hybrid_search, merge_and_cap, rrf_fuse
 from sources.selectors import scope_for_user
 
 
@@ -15,26 +15,6 @@ def test_rrf_matches_the_formula():
     assert scores[40] == pytest.approx(1 / 62)
     assert ranks[20] == {"lexical": 2, "dense": 1}
     assert max(scores, key=scores.get) == 20
-
-
-def test_a_row_in_both_lists_of_one_ranker_votes_once():
-    """A document without parts (a commit) is in a ranker's passage list and its document list:
-    one vote, at its better rank, so it does not outrank a section found once by each ranker for
-    being counted twice; a section and its page are two rows, each voting."""
-    rankings = {
-        "lexical": [7, 5],  # 7: a commit; 5: a doc section
-        "lexical:document": [7, 9],  # 9: the section's page
-        "dense": [5, 7],
-        "dense:document": [7],
-    }
-    scores, ranks = rrf_fuse(rankings, voter=ranker_of_list)
-    assert scores[7] == pytest.approx(1 / 61 + 1 / 61)
-    assert scores[5] == pytest.approx(1 / 62 + 1 / 61)
-    assert scores[9] == pytest.approx(1 / 62)
-    assert ranks[7] == {"lexical": 1, "lexical:document": 1, "dense": 2, "dense:document": 1}
-    # without the voter each list counts: the commit's four votes
-    assert rrf_fuse(rankings)[0][7] == pytest.approx(3 / 61 + 1 / 62)
-    assert ranker_of_list("dense:docs:document") == "dense:docs" and ranker_of_list("exact") == "exact"
 
 
 def _hit(doc_id, kind, path, score, ranks=None):
