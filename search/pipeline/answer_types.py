@@ -59,13 +59,14 @@ _MONTHS = (
     "Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)"
 )
 # A point in time, written with digits: 2024-03-02, 2024-03-02T09:15:00Z, 09:15, 09:15:30, 03/02,
-# 3/2/2024, "March 1", "June 2024", "1 March 2024", "Mar 1st, 2024", "since 2023". A chat transcript stamps
-# every line with one, so neither a count nor a version may be read from it.
+# 3/2/2024, "March 1", "June 2024", "1 March 2024", "Mar 1st, 2024", "since 2023", "Q1 2025", "FY24".
+# A chat transcript stamps every line with one, so neither a count nor a version may be read from it.
 _TIMESTAMP = re.compile(
     r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
     r"|\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[ap]\.?m\b\.?)?"
     r"|\b\d{1,2}/\d{1,2}(?:/\d{2,4})?\b"
     r"|\b(?:in|since|from|until|till|by|before|after|of)\s+(?:1[89]|20)\d\d\b"
+    r"|\b(?-i:Q[1-4]|H[12]|FY)\s?['’]?(?:(?:1[89]|20)\d\d|\d\d)\b"  # a quarter, a half, a fiscal year
     rf"|\b{_MONTHS}\.?\s+(?:\d{{1,2}}(?:st|nd|rd|th)?\b(?:,?\s+\d{{4}}\b)?|\d{{4}}\b)"
     rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTHS}\b(?:,?\s+\d{{4}}\b)?",
     re.I,

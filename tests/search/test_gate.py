@@ -1255,6 +1255,15 @@ def test_the_pronoun_one_is_no_count():
         assert number.held_by(text), text
 
 
+def test_a_quarter_or_fiscal_year_is_a_time_and_no_count():
+    """ "Q1 2025", "H2 2024", "FY24" name a period: their year counts nothing."""
+    count = asked_answer_type("How many fallback activations did the review count?")
+    assert count is not None
+    for text in ("events in Q1 2025 where", "the H2 2024 plan", "FY24 budget", "in Q3'25"):
+        assert not count.held_by(text), text
+    assert count.values("we saw 3 activations in Q2 2025") == ["3"]
+
+
 @pytest.mark.django_db
 def test_a_passage_saying_the_matter_is_still_open_does_not_answer_it(kb):
     """The ticket of the right incident says its cause is still being investigated: partial, and
