@@ -89,9 +89,9 @@ from search.pipeline.passages import (
     lexeme_sets,
     score_evidence,
 )
-from search.pipeline.verbs import object_question_verb, with_past_forms
+from search.pipeline.verbs import event_verb, object_question_verb, with_past_forms
 from search.retrieval import dense_ranking, query_terms, scope_where_sql
-from search.text import QUOTED, holds_term, neutralize_citations, specific_terms
+from search.text import ISSUE_REFERENCE, QUOTED, holds_term, neutralize_citations, specific_terms
 from sources.connectors.slack.messages import TRANSCRIPT_KINDS
 from sources.embeddings import get_embedder
 from sources.selectors import QueryScope
@@ -261,15 +261,10 @@ def _without_examples(question: str) -> str:
     return _EXAMPLE.sub(cut, question)
 
 
-# An issue or pull request reference as GitHub, GitLab and commit subjects write it ("PR #16062",
-# "fixes #812"): one item exactly, as a ticket key is. Digits only (a channel "#ops" is a name).
-_ISSUE_REFERENCE = re.compile(r"(?<![\w&#/])#\d{1,7}\b")
-
-
 def named_terms(question: str) -> list[str]:
     """The identifiers, codes and quoted phrases ``question`` names, as the evidence must hold them
     (``search.text.specific_terms``) and its issue or pull request references
-    (``_ISSUE_REFERENCE``), except ``COMMON_ACRONYMS`` (plain words of the trade) and an example
+    (``search.text.ISSUE_REFERENCE``), except ``COMMON_ACRONYMS`` (plain words of the trade) and an example
     the asker gives (``_EXAMPLE``: "a header *like* `x_token`"); a quoted code expression
     (`` `f(x, retry=False)` ``, `` `Accept: text/html` ``) is looked for by each name it holds
     (``f``, ``retry``; ``Accept``, ``text``), not verbatim: sources write the call with other
@@ -283,7 +278,7 @@ def named_terms(question: str) -> list[str]:
         else:
             terms.append(span.strip(" .,;:!?()[]{}'\""))
     terms += specific_terms(QUOTED.sub(" ", question))
-    terms += _ISSUE_REFERENCE.findall(QUOTED.sub(" ", question))
+    terms += ISSUE_REFERENCE.findall(QUOTED.sub(" ", question))
     return list(dict.fromkeys(t for t in terms if t and t.upper() not in COMMON_ACRONYMS))
 
 
@@ -297,8 +292,9 @@ def missing_specific_terms(question: str, evidence: Sequence[Evidence]) -> tuple
 def asked_focus(question: str) -> str | None:
     """The detail ``question`` asks for, looked for in the answering passages: its focus
     (``question_focus``), for a do-support yes/no question the object it asks about
-    (``yes_no_focus``), for "What did X *find*" the verb (``verbs.object_question_verb``)."""
-    return question_focus(question) or yes_no_focus(question) or object_question_verb(question)
+    (``yes_no_focus``), for "What did X *find*" the verb (``verbs.object_question_verb``), for
+    "When was X *rolled out*" the event's verb (``verbs.event_verb``)."""
+    return question_focus(question) or yes_no_focus(question) or object_question_verb(question) or event_verb(question)
 
 
 def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evidence]) -> str:

@@ -36,7 +36,7 @@ from search.pipeline.gate import (
     text_declines,
 )
 from search.pipeline.passages import ScoredEvidence, block_passages, question_weights, score_evidence
-from search.pipeline.verbs import object_question_verb
+from search.pipeline.verbs import event_verb, object_question_verb
 from sources.selectors import scope_for_user
 from tests.llm_server import FakeOpenAIServer
 
@@ -1197,6 +1197,50 @@ def test_the_name_yes_no_and_what_did_patterns_are_linear_on_100kb(payload):
 )
 def test_object_question_verb_is_the_act_a_what_did_question_asks_about(question, verb):
     assert object_question_verb(question) == verb
+
+
+@pytest.mark.parametrize(
+    ("question", "verb"),
+    [
+        ("On what date was the edge-proxy hotfix rolled out to Acme's production ingress?", "rolled"),
+        ("When does the log retention exception expire or come up for review?", "expire"),
+        ("When was the failed deploy rolled back?", "rolled"),  # "failed" qualifies a noun
+        ("When was the new office built?", "build"),  # an irregular participle, as its verb
+        ("When did Acme renew its contract?", "renew"),  # the object opens with a determiner
+        ("When did the team finally ship it?", "ship"),
+        ("When did the payments team migrate the ledger to Postgres?", "migrate"),
+        ("When will the vendor deliver the new laptops?", "deliver"),
+        # the time of a start or an end is written in any words; so is a decision
+        ("When did the outage start?", None),
+        ("When does the deploy freeze begin this year?", None),
+        ("When did we decide to move?", None),
+        # no event verb: a copula, a bare pronoun, another question word
+        ("When is the all-hands?", None),
+        ("When was it?", None),
+        ("What did the vendor ship?", None),
+    ],
+)
+def test_event_verb_is_the_event_a_when_question_asks_the_time_of(question, verb):
+    assert event_verb(question) == verb
+
+
+@pytest.mark.django_db
+def test_a_record_that_never_says_the_event_took_place_does_not_date_it(kb):
+    """ "On what date was the hotfix rolled out ...?" over a ticket whose dates are comments on the
+    report: partial on the event's verb; a ticket saying when it was rolled out answers it."""
+    scope = scope_for_user(kb.acme.admin)
+    question = "On what date was the edge-proxy v2.2.2 hotfix rolled out to Moneta's production ingress?"
+    text = (
+        "Edge-proxy v2.2.2 hotfix for Moneta's production ingress: header rewrite drops strict params. "
+        "Comments: Leah (2026-03-09): thanks for the report, Moneta. Jamie (2026-03-09): provided ingress annotations."
+    )
+    ticket = _block(1, "Edge-proxy v2.2.2 hotfix for Moneta", text, lexical_rank=1, dense_rank=1, similarity=0.75)
+    verdict = judge(question, [ticket], scope)
+    assert verdict.missing_focus == "rolled" and verdict.status == PARTIAL, verdict
+    rolled = " The hotfix was rolled out to Moneta's production ingress on 2026-03-12."
+    done = _block(1, ticket.title, text + rolled, lexical_rank=1, dense_rank=1, similarity=0.75)
+    verdict = judge(question, [done], scope)
+    assert verdict.missing_focus == "" and verdict.status == ANSWERED, verdict
 
 
 @pytest.mark.django_db
