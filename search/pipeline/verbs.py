@@ -126,6 +126,7 @@ _WAS_DONE = re.compile(
 )
 _REGULAR_PARTICIPLE = re.compile(r"[a-z]{3,}ed")
 _OBJECT_PRONOUNS = frozenset("it them him her us me you this that these those".split())
+_CLAUSE_WORDS = frozenset("whether because once unless how why what".split())  # a clause after the verb
 
 
 def _words(text: str) -> list[str]:
@@ -152,7 +153,7 @@ def event_verb(question: str) -> str | None:
     if match is not None:
         clause: list[str] = []
         for word in _words(match.group(1)):
-            if word in ",?;!—" or word.lower() in FOCUS_ENDS or word.lower() in _PREPOSITIONS:
+            if word in ",?;!—" or word.lower() in FOCUS_ENDS | _CLAUSE_WORDS or word.lower() in _PREPOSITIONS:
                 break
             clause.append(word)
         # The verb's object, if any, opens with a determiner or a pronoun ("renew *its* contract",

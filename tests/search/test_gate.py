@@ -1210,6 +1210,8 @@ def test_object_question_verb_is_the_act_a_what_did_question_asks_about(question
         ("When did the team finally ship it?", "ship"),
         ("When did the payments team migrate the ledger to Postgres?", "migrate"),
         ("When will the vendor deliver the new laptops?", "deliver"),
+        ("When did the team learn why it failed?", "learn"),  # a clause after the verb ends it
+        ("When does the framework decide whether a response may carry a body?", None),
         # the time of a start or an end is written in any words; so is a decision
         ("When did the outage start?", None),
         ("When does the deploy freeze begin this year?", None),
