@@ -66,7 +66,8 @@ _TIMESTAMP = re.compile(
     r"|\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[ap]\.?m\b\.?)?"
     r"|\b\d{1,2}/\d{1,2}(?:/\d{2,4})?\b"
     r"|\b(?:in|since|from|until|till|by|before|after|of)\s+(?:1[89]|20)\d\d\b"
-    r"|\b(?-i:Q[1-4]|H[12]|FY)\s?['’]?(?:(?:1[89]|20)\d\d|\d\d)\b"  # a quarter, a half, a fiscal year
+    # a quarter, a half, a fiscal year: "Q1 2025", "Q3'25", "FY24"
+    r"|\b(?-i:Q[1-4]|H[12]|FY)(?:\s?(?:1[89]|20)\d\d|['’]\d\d)\b|\b(?-i:FY)\d\d\b"
     rf"|\b{_MONTHS}\.?\s+(?:\d{{1,2}}(?:st|nd|rd|th)?\b(?:,?\s+\d{{4}}\b)?|\d{{4}}\b)"
     rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTHS}\b(?:,?\s+\d{{4}}\b)?",
     re.I,
@@ -114,7 +115,9 @@ _MEASURE_NOUNS = frozenset(
 def _number_value(units: str) -> re.Pattern[str]:
     """A number standing on its own ("3", "1,200", "2.5", "40%", with one of ``units`` after it:
     "30s", "5GB"), not a digit of a name ("EC2", "OAuth2", "ZEBRA-4471"), or a number word."""
-    return re.compile(rf"(?<![\w.\-/#])\d+(?:[.,]\d+)*(?:%|(?:{units})\b)?(?![\w-])|\b(?:{_NUMBER_WORDS})\b", re.I)
+    return re.compile(
+        rf"(?<![\w.\-/#])\d+(?:[.,]\d+)*(?![.,]\d)(?:%|(?:{units})\b)?(?![\w-])|\b(?:{_NUMBER_WORDS})\b", re.I
+    )
 
 
 ANSWER_TYPES = (
@@ -243,12 +246,10 @@ ANSWER_TYPES = (
     ),
 )
 # A count of things: a number or number word with no unit of time or size after it.
-_MEASURED = "|".join(sorted(_MEASURE_NOUNS))
 COUNT_OF_THINGS = AnswerType(
     "number",
     next(t for t in ANSWER_TYPES if t.label == "number").question,
-    # "12M users", "3B requests": a count in millions, billions; "48 hours", "2 GB" measure, not count
-    re.compile(rf"(?:{_number_value('k|x|(?-i:M|B|bn|mn)').pattern})(?!\s*(?:{_MEASURED})\b)", re.I),
+    _number_value("k|x|(?-i:M|B|bn|mn)"),  # "12M users", "3B requests": a count in millions, billions
     verbatim=False,
     ignored=_NOT_A_COUNT,
 )

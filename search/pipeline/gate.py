@@ -89,7 +89,7 @@ from search.pipeline.passages import (
     lexeme_sets,
     score_evidence,
 )
-from search.pipeline.verbs import event_verb, object_question_verb, with_past_forms
+from search.pipeline.verbs import object_question_verb, with_past_forms
 from search.retrieval import dense_ranking, query_terms, scope_where_sql
 from search.text import ISSUE_REFERENCE, QUOTED, holds_term, neutralize_citations, specific_terms
 from sources.connectors.slack.messages import TRANSCRIPT_KINDS
@@ -292,9 +292,8 @@ def missing_specific_terms(question: str, evidence: Sequence[Evidence]) -> tuple
 def asked_focus(question: str) -> str | None:
     """The detail ``question`` asks for, looked for in the answering passages: its focus
     (``question_focus``), for a do-support yes/no question the object it asks about
-    (``yes_no_focus``), for "What did X *find*" the verb (``verbs.object_question_verb``), for
-    "When was X *rolled out*" the event's verb (``verbs.event_verb``)."""
-    return question_focus(question) or yes_no_focus(question) or object_question_verb(question) or event_verb(question)
+    (``yes_no_focus``), for "What did X *find*" the verb (``verbs.object_question_verb``)."""
+    return question_focus(question) or yes_no_focus(question) or object_question_verb(question)
 
 
 def missing_focus(question: str, scored: ScoredEvidence, evidence: Sequence[Evidence]) -> str:

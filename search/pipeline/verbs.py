@@ -1,11 +1,9 @@
-"""The act a "What did X *do* ...?" or "When was X *done*?" question asks about, and the forms a
-source writes it in.
+"""The act a "What did X *do* ...?" question asks about, and the forms a source writes it in.
 
-A question asking for the object of a past act ("What did the electrician *find*?") or for the
-time of an event ("When was the hotfix *rolled out*?") is answered by a record reporting that act;
-the gate holds its verb as the question's focus (``search.pipeline.gate.missing_focus``), as the
-focus of who/what questions (Moldovan et al., ACL 2000,
-``search.pipeline.answer_types.question_focus``).
+A question asking for the object of a past act ("What did the electrician *find*?") is answered by
+a record reporting that act; the gate holds its verb as the question's focus
+(``search.pipeline.gate.missing_focus``), as the focus of who/what questions (Moldovan et al.,
+ACL 2000, ``search.pipeline.answer_types.question_focus``).
 """
 
 from __future__ import annotations
@@ -49,16 +47,6 @@ IRREGULAR_FORMS = {  # "choose": "chose chosen"
     dig:dug light:lit feed:fed bend:bent lend:lent send:sent strike:struck stick:stuck sweep:swept""".split()
     )
 }
-
-
-_BASE_FORMS = {form: verb for verb, forms in IRREGULAR_FORMS.items() for form in forms.split()}
-# Verbs of aspect: the start, end or course of an event, whose time a source states in any words
-# ("from 09:14", "until noon", "went live on 3/4"), not with the verb.
-_ASPECT_VERBS = frozenset("start starts started begin begins began begun finish finished stop stopped occur".split())
-_PREPOSITIONS = frozenset(
-    """to in on at for from by with into onto across over under after before during via through against about as than
-    since until within without""".split()
-)
 
 
 def with_past_forms(word: str) -> str:
@@ -113,75 +101,5 @@ def object_question_verb(question: str) -> str | None:
         return None
     verb = clause[-1].lower()
     if not WORD_SHAPE.fullmatch(verb) or verb in _LIGHT_VERBS or verb in ADVERBS:
-        return None
-    return verb
-
-
-_WHEN_DO = re.compile(
-    r"(?:^|[.;:!?—])\W{0,8}(?:when|(?:on\s+)?what\s+(?:date|day))\s+(?:did|does|do|will)\s+(.*)", re.I | re.S
-)
-_WAS_DONE = re.compile(
-    r"(?:^|[.;:!?—])\W{0,8}(?:when|(?:on\s+)?what\s+(?:date|day))\s+(?:was|were|has\s+been|have\s+been|had\s+been|got|will\s+be)\s+(.*)",
-    re.I | re.S,
-)
-_REGULAR_PARTICIPLE = re.compile(r"[a-z]{3,}ed")
-_OBJECT_PRONOUNS = frozenset("it them him her us me you this that these those".split())
-_CLAUSE_WORDS = frozenset("whether because once unless how why what".split())  # a clause after the verb
-
-
-def _words(text: str) -> list[str]:
-    return [w.strip(".'’") for w in re.findall(r"[\w'’\-/.#]+|[,?;!—]", text)]
-
-
-def event_verb(question: str) -> str | None:
-    """The verb of a question asking when an event took place ("When did Acme *renew* ...?",
-    "On what date was the hotfix *rolled out* ...?", "When does the exception *expire*?"), in its
-    base form for an irregular verb ("built" -> "build"): a record answering it states the event
-    with its time; a ticket about the hotfix that never says it was rolled out is a near miss.
-    ``None`` for other questions, for a light, reporting or deciding verb (``_LIGHT_VERBS``) or a
-    verb of aspect ("When did the outage *start*": ``_ASPECT_VERBS``, whose time is written in
-    any words), and when the verb is not found.
-
-    After "when did/does/will": the subject and the verb, up to the first comma, question mark,
-    preposition, conjunction or relative word; the verb is the last word before it, past a
-    particle or an adverb, lower case and after no determiner. After "when was/were/has been":
-    the subject, then a past participle (a regular "-ed" form or an irregular one,
-    ``IRREGULAR_FORMS``) that ends the clause or comes before a particle or a preposition ("the
-    hotfix *rolled* out to ...": not "the *failed* deploy", an adjective before its noun)."""
-    text = QUOTED.sub(" x ", FORMAT_CHARACTERS.sub("", question))
-    match = _WHEN_DO.search(text)
-    if match is not None:
-        clause: list[str] = []
-        for word in _words(match.group(1)):
-            if word in ",?;!—" or word.lower() in FOCUS_ENDS | _CLAUSE_WORDS or word.lower() in _PREPOSITIONS:
-                break
-            clause.append(word)
-        # The verb's object, if any, opens with a determiner or a pronoun ("renew *its* contract",
-        # "ship *it*"): the verb is the word before it; else the clause's last word ("expire").
-        starts = [i for i in range(2, len(clause)) if clause[i].lower() in DETERMINERS | _OBJECT_PRONOUNS]
-        if starts:
-            del clause[starts[0] :]
-        _drop_trailing_modifiers(clause)
-        if len(clause) < 2 or not clause[-1][:1].islower() or clause[-2].lower() in DETERMINERS:
-            return None
-        verb = clause[-1].lower()
-    else:
-        match = _WAS_DONE.search(text)
-        if match is None:
-            return None
-        words = _words(match.group(1))
-        verb = ""
-        for i, word in enumerate(words[1:], start=1):
-            if word in ",?;!—":
-                break
-            after = words[i + 1].lower() if i + 1 < len(words) else "?"
-            participle = word[:1].islower() and (_REGULAR_PARTICIPLE.fullmatch(word) or word in _BASE_FORMS)
-            if participle and (after in ",?;!—" or after in _PARTICLES or after in _PREPOSITIONS):
-                verb = word.lower()
-                break
-        if not verb:
-            return None
-    verb = _BASE_FORMS.get(verb, verb)
-    if not WORD_SHAPE.fullmatch(verb) or verb in _LIGHT_VERBS or verb in _ASPECT_VERBS or verb in ADVERBS:
         return None
     return verb

@@ -36,7 +36,7 @@ from search.pipeline.gate import (
     text_declines,
 )
 from search.pipeline.passages import ScoredEvidence, block_passages, question_weights, score_evidence
-from search.pipeline.verbs import event_verb, object_question_verb
+from search.pipeline.verbs import object_question_verb
 from sources.selectors import scope_for_user
 from tests.llm_server import FakeOpenAIServer
 
@@ -241,6 +241,7 @@ def test_a_named_identifier_the_evidence_lacks_makes_the_answer_partial_or_not_f
         # an issue or pull request reference names one item; a Slack channel is a name in words
         ("What limit did PR #16062 set for lru_cache?", ["lru_cache", "#16062"]),
         ("Why was it posted in #ops and &#39;?", []),
+        ("What is the #1 cause of churn, and our #12 priority?", []),  # a rank names no issue
     ],
 )
 def test_named_terms_are_what_the_evidence_must_hold_as_written(question, names):
@@ -1199,52 +1200,6 @@ def test_object_question_verb_is_the_act_a_what_did_question_asks_about(question
     assert object_question_verb(question) == verb
 
 
-@pytest.mark.parametrize(
-    ("question", "verb"),
-    [
-        ("On what date was the edge-proxy hotfix rolled out to Acme's production ingress?", "rolled"),
-        ("When does the log retention exception expire or come up for review?", "expire"),
-        ("When was the failed deploy rolled back?", "rolled"),  # "failed" qualifies a noun
-        ("When was the new office built?", "build"),  # an irregular participle, as its verb
-        ("When did Acme renew its contract?", "renew"),  # the object opens with a determiner
-        ("When did the team finally ship it?", "ship"),
-        ("When did the payments team migrate the ledger to Postgres?", "migrate"),
-        ("When will the vendor deliver the new laptops?", "deliver"),
-        ("When did the team learn why it failed?", "learn"),  # a clause after the verb ends it
-        ("When does the framework decide whether a response may carry a body?", None),
-        # the time of a start or an end is written in any words; so is a decision
-        ("When did the outage start?", None),
-        ("When does the deploy freeze begin this year?", None),
-        ("When did we decide to move?", None),
-        # no event verb: a copula, a bare pronoun, another question word
-        ("When is the all-hands?", None),
-        ("When was it?", None),
-        ("What did the vendor ship?", None),
-    ],
-)
-def test_event_verb_is_the_event_a_when_question_asks_the_time_of(question, verb):
-    assert event_verb(question) == verb
-
-
-@pytest.mark.django_db
-def test_a_record_that_never_says_the_event_took_place_does_not_date_it(kb):
-    """ "On what date was the hotfix rolled out ...?" over a ticket whose dates are comments on the
-    report: partial on the event's verb; a ticket saying when it was rolled out answers it."""
-    scope = scope_for_user(kb.acme.admin)
-    question = "On what date was the edge-proxy v2.2.2 hotfix rolled out to Moneta's production ingress?"
-    text = (
-        "Edge-proxy v2.2.2 hotfix for Moneta's production ingress: header rewrite drops strict params. "
-        "Comments: Leah (2026-03-09): thanks for the report, Moneta. Jamie (2026-03-09): provided ingress annotations."
-    )
-    ticket = _block(1, "Edge-proxy v2.2.2 hotfix for Moneta", text, lexical_rank=1, dense_rank=1, similarity=0.75)
-    verdict = judge(question, [ticket], scope)
-    assert verdict.missing_focus == "rolled" and verdict.status == PARTIAL, verdict
-    rolled = " The hotfix was rolled out to Moneta's production ingress on 2026-03-12."
-    done = _block(1, ticket.title, text + rolled, lexical_rank=1, dense_rank=1, similarity=0.75)
-    verdict = judge(question, [done], scope)
-    assert verdict.missing_focus == "" and verdict.status == ANSWERED, verdict
-
-
 @pytest.mark.django_db
 def test_a_record_of_the_visit_that_never_says_what_was_found_is_a_near_miss(kb):
     """ "What did the electrician find ...?" over a ticket scheduling the visit: partial on "find";
@@ -1285,9 +1240,10 @@ def test_a_count_of_things_is_no_duration(kb):
     # millions and thousands are counts ("12M"), minutes are not ("12m")
     assert COUNT_OF_THINGS.held_by("12M instances") and COUNT_OF_THINGS.held_by("40K rows")
     assert not COUNT_OF_THINGS.held_by("after 12m") and COUNT_OF_THINGS.held_by("a dozen, then three more")
-    # a unit written apart measures too ("48 hours", "100 nanoseconds", "2 GB"); a count of things stays one
-    assert not any(COUNT_OF_THINGS.held_by(t) for t in ("wait 48 hours", "about 100 nanoseconds", "2 GB of memory"))
-    assert COUNT_OF_THINGS.held_by("40 threads") and COUNT_OF_THINGS.held_by("two hours later, three replicas")
+    # a number is read whole: "1.5h" is no "1" (nor "2.5GB" a "2"); a unit written apart may count
+    # what the question counts ("25 days of paid holiday" for "How many holidays ...")
+    assert not COUNT_OF_THINGS.held_by("wait 1.5h, then 2.5GB") and COUNT_OF_THINGS.values("1.5 hours") == ["1.5"]
+    assert COUNT_OF_THINGS.held_by("25 days of paid holiday") and COUNT_OF_THINGS.held_by("40 threads")
 
 
 def test_the_pronoun_one_is_no_count():
@@ -1308,6 +1264,7 @@ def test_a_quarter_or_fiscal_year_is_a_time_and_no_count():
     for text in ("events in Q1 2025 where", "the H2 2024 plan", "FY24 budget", "in Q3'25"):
         assert not count.held_by(text), text
     assert count.values("we saw 3 activations in Q2 2025") == ["3"]
+    assert count.values("In Q4 12 deals closed") == ["12"]  # a count after a quarter is no year
 
 
 @pytest.mark.django_db
