@@ -54,11 +54,11 @@ def content_terms(text: str) -> set[str]:
 
 # Spans a question quotes: `code`, "phrase", “phrase”.
 QUOTED = re.compile(r"`([^`\n]{1,200})`|\"([^\"\n]{1,200})\"|“([^”\n]{1,200})”")
-# A token of a question: a Unicode word, with inner ".", "-", "/", "'" kept ("HTTP/3", "ZEBRA-4471").
 # An issue or pull request reference as GitHub, GitLab and commit subjects write it ("PR #16062",
 # "fixes #812"): one item exactly, as a ticket key is. Digits only (a channel "#ops" is a name), at
 # least three ("our #1 priority", "the #2 cause" rank, they name no issue).
 ISSUE_REFERENCE = re.compile(r"(?<![\w&#/])#\d{3,7}\b")
+# A token of a question: a Unicode word, with inner ".", "-", "/", "'" kept ("HTTP/3", "ZEBRA-4471").
 TOKEN = re.compile(r"_*[^\W_][\w.\-/'’]*[^\W_]|[^\W_]")
 # Numbers written with letters are still numbers: "401s", "1990s", "v2", "v2.2.x", "3.x".
 _NUMBER_LIKE = re.compile(r"\d+s|v?\d+(?:\.(?:\d+|x))*", re.I)

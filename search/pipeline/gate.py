@@ -264,11 +264,12 @@ def _without_examples(question: str) -> str:
 def named_terms(question: str) -> list[str]:
     """The identifiers, codes and quoted phrases ``question`` names, as the evidence must hold them
     (``search.text.specific_terms``) and its issue or pull request references
-    (``search.text.ISSUE_REFERENCE``), except ``COMMON_ACRONYMS`` (plain words of the trade) and an example
-    the asker gives (``_EXAMPLE``: "a header *like* `x_token`"); a quoted code expression
-    (`` `f(x, retry=False)` ``, `` `Accept: text/html` ``) is looked for by each name it holds
-    (``f``, ``retry``; ``Accept``, ``text``), not verbatim: sources write the call with other
-    arguments. A quoted phrase in words stays whole (an error message), without the punctuation around it."""
+    (``search.text.ISSUE_REFERENCE``), except ``COMMON_ACRONYMS`` (plain words of the trade) and
+    an example the asker gives (``_EXAMPLE``: "a header *like* `x_token`"); a quoted code
+    expression (`` `f(x, retry=False)` ``, `` `Accept: text/html` ``) is looked for by each name it
+    holds (``f``, ``retry``; ``Accept``, ``text``), not verbatim: sources write the call with other
+    arguments. A quoted phrase in words stays whole (an error message), without the punctuation
+    around it."""
     terms: list[str] = []
     question = _without_examples(question)
     for match in QUOTED.finditer(question):
@@ -277,8 +278,8 @@ def named_terms(question: str) -> list[str]:
             terms += [name for name in _CODE_NAME.findall(span) if name not in _CODE_LITERALS]
         else:
             terms.append(span.strip(" .,;:!?()[]{}'\""))
-    terms += specific_terms(QUOTED.sub(" ", question))
-    terms += ISSUE_REFERENCE.findall(QUOTED.sub(" ", question))
+    unquoted = QUOTED.sub(" ", question)
+    terms += specific_terms(unquoted) + ISSUE_REFERENCE.findall(unquoted)
     return list(dict.fromkeys(t for t in terms if t and t.upper() not in COMMON_ACRONYMS))
 
 
@@ -286,7 +287,7 @@ def missing_specific_terms(question: str, evidence: Sequence[Evidence]) -> tuple
     """The names ``question`` gives (:func:`named_terms`) that no relevant block holds (an issue
     or pull request reference ``#16062`` by its number: "(#16062)", "pull/16062", "PR 16062")."""
     text = evidence_text(ev for ev in evidence if ev.is_relevant)
-    return tuple(term for term in named_terms(question) if not holds_term(text, term.removeprefix("#")))
+    return tuple(t for t in named_terms(question) if not holds_term(text, t[1:] if ISSUE_REFERENCE.fullmatch(t) else t))
 
 
 def asked_focus(question: str) -> str | None:
